@@ -1,0 +1,95 @@
+"""All Delta Lake I/O of the pipeline: reads pinned to a version, idempotent writes, versions recorded.
+
+Idempotence, by kind of write:
+- ``overwrite``: the table becomes exactly ``df`` (a stage rebuilding its output from the same input
+  gives the same contents, whatever ran before);
+- ``replace_where``: only the rows matching a predicate are replaced (e.g. one stage's slice of the
+  quarantine, one run's predictions); done with Delta's ``replaceWhere``, which the GPU can run;
+- ``append_once``: an append keyed by (app id, version) through Delta's ``txnAppId`` / ``txnVersion``,
+  so a retried or re-run append of the same key is skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.contract import TABLES
+
+
+def table_path(lake: str, name: str) -> str:
+    return os.path.join(lake, TABLES[name])
+
+
+def version(spark: SparkSession, path: str) -> int:
+    """Latest committed version of the Delta table at ``path``."""
+    row = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").select("version").first()
+    return int(row["version"])
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple[DataFrame, int]:
+    """The table at ``path`` pinned to one version (the latest if none given), and that version."""
+    if not exists(spark, path):
+        raise FileNotFoundError(
+            f"no Delta table at {path}: run the stage that writes it first (see README, 'Stages')"
+        )
+    v = version(spark, path) if at_version is None else at_version
+    return spark.read.format("delta").option("versionAsOf", v).load(path), v
+
+
+def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> int:
+    writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)
+    return version(df.sparkSession, path)
+
+
+def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:
+    """Replace the rows matching ``predicate`` with ``df`` (every row of ``df`` must match it)."""
+    spark = df.sparkSession
+    if not exists(spark, path):
+        return overwrite(df, path, partition_by)
+    df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
+    return version(spark, path)
+
+
+def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:
+    df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", txn_version).save(path)
+    return version(df.sparkSession, path)
+
+
+@dataclass
+class StageRecord:
+    """What a stage read and wrote (table -> version), its row counts and timings; saved as JSON."""
+
+    stage: str
+    read: dict[str, int] = field(default_factory=dict)
+    wrote: dict[str, int] = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def save(self, lake: str) -> str:
+        """``<lake>/_stages/<stage>.json``: the pipeline report and later stages read it."""
+        out = Path(lake) / "_stages"
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{self.stage}.json"
+        path.write_text(json.dumps(self.__dict__, indent=2, sort_keys=True, default=str))
+        return str(path)
+
+
+def load_stage_record(lake: str, stage: str) -> dict:
+    path = Path(lake) / "_stages" / f"{stage}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run stage {stage!r} first")
+    return json.loads(path.read_text())

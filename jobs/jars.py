@@ -1,0 +1,23 @@
+"""Where the JVM jars live (build/jars, filled by ``gradle jars``) and which a profile needs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+JARS_DIR = Path(__file__).resolve().parent.parent / "build" / "jars"
+DELTA_JARS = ("delta-spark_2.12-3.3.2.jar", "delta-storage-3.3.2.jar")
+RAPIDS_JAR = "rapids-4-spark_2.12-25.04.0.jar"
+
+
+class MissingJarsError(FileNotFoundError):
+    pass
+
+
+def jars_for(rapids: bool, jars_dir: Path = JARS_DIR) -> list[Path]:
+    names = list(DELTA_JARS) + ([RAPIDS_JAR] if rapids else [])
+    paths = [jars_dir / n for n in names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise MissingJarsError(
+            f"missing jars in {jars_dir}: {', '.join(missing)}. Run scripts/setup (it runs 'gradle jars')."
+        )
+    return paths

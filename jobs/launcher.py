@@ -1,0 +1,110 @@
+"""scripts/submit: run one job with spark-submit under a profile (base + profile merged), with the jars
+from build/jars and the jobs package shipped to the executors, so the same command works on ``local[*]``
+and on a cluster (``--master spark://host:7077``, ``yarn``, ``k8s://...``).
+
+    scripts/submit --profile cpu|gpu|gpu-explain [--master URL] [--conf k=v ...] <job> [job args]
+
+Mistakes (unknown profile or job, missing jars, gpu profile without a GPU) end in one line and exit 2
+before Spark starts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from jobs import jars, profiles
+from jobs.cli import STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "jobs"
+
+
+class SubmitError(Exception):
+    pass
+
+
+def build_pyfiles(dest: Path) -> Path:
+    """The jobs package as a zip for --py-files (rebuilt each time, so executors never run stale code)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(PACKAGE.rglob("*.py")):
+            z.write(f, f.relative_to(ROOT).as_posix())
+    return dest
+
+
+def has_local_gpu() -> bool:
+    nvsmi = shutil.which("nvidia-smi")
+    if not nvsmi:
+        return False
+    out = subprocess.run([nvsmi, "-L"], capture_output=True, text=True)
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def spark_submit_command(profile: str, master: str, job: str, job_args: list[str],
+                         extra_conf: list[str], workdir: Path) -> tuple[list[str], dict[str, str]]:
+    if job not in STAGES:
+        raise SubmitError(f"unknown job {job!r}; jobs: {', '.join(STAGES)}")
+    try:
+        props = profiles.load_profile(profile)
+    except profiles.ProfileError as e:
+        raise SubmitError(str(e)) from None
+    try:
+        jar_paths = jars.jars_for(rapids=profiles.uses_rapids(props))
+    except jars.MissingJarsError as e:
+        raise SubmitError(str(e)) from None
+    if profiles.needs_gpu(props) and master.startswith("local") and not has_local_gpu():
+        raise SubmitError(
+            f"profile {profile!r} runs on NVIDIA GPUs, but this machine has none (nvidia-smi finds no GPU). "
+            "Use --profile cpu, or --profile gpu-explain to see what would run on a GPU, "
+            "or submit to a cluster with GPU executors (--master)."
+        )
+    for kv in extra_conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise SubmitError(f"--conf {kv!r} is not key=value")
+        props[key] = value
+    props_file = profiles.write_properties(props, workdir / "spark.properties")
+    pyfiles = build_pyfiles(workdir / "jobs.zip")
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    cmd = [str(spark_submit), "--master", master, "--properties-file", str(props_file),
+           "--jars", ",".join(str(p) for p in jar_paths), "--py-files", str(pyfiles),
+           str(PACKAGE / "main.py"), job, *job_args]
+    env = dict(os.environ)
+    # Executors on this machine (local, or a standalone cluster on the same host) use this venv's Python;
+    # on a cluster set PYSPARK_PYTHON to the executors' interpreter that has the pinned packages.
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return cmd, env
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/submit", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="cpu", help="cpu (default), gpu or gpu-explain: a file under conf/")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark property")
+    p.add_argument("--dry-run", action="store_true", help="print the spark-submit command, run nothing")
+    p.add_argument("job", help=f"one of: {', '.join(STAGES)}")
+    p.add_argument("job_args", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="submit-") as tmp:
+        try:
+            cmd, env = spark_submit_command(args.profile, args.master, args.job, args.job_args,
+                                            args.conf, Path(tmp))
+        except SubmitError as e:
+            print(f"submit: error: {e}", file=sys.stderr)
+            return 2
+        if args.dry_run:
+            print(" ".join(cmd))
+            return 0
+        return subprocess.call(cmd, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The foundation: Delta through the test session, the RAPIDS plugin under gpu-explain, a real standalone
+cluster, the gradle jars, and the submit script's messages."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import Row
+from pyspark.sql.utils import AnalysisException
+
+from jobs import delta_io, jars, profiles
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def test_delta_write_read_time_travel_and_schema_enforcement(spark, tmp_path):
+    path = str(tmp_path / "accounts")
+    first = spark.createDataFrame([Row(id=1, plan="basic"), Row(id=2, plan="pro")])
+    assert delta_io.overwrite(first, path) == 0
+    second = spark.createDataFrame([Row(id=3, plan="team")])
+    assert delta_io.overwrite(second, path) == 1
+
+    latest, v = delta_io.read(spark, path)
+    assert v == 1
+    assert_df_equality(latest, spark.createDataFrame([Row(id=3, plan="team")]), ignore_row_order=True)
+    v0, _ = delta_io.read(spark, path, at_version=0)
+    expected_v0 = spark.createDataFrame([Row(id=1, plan="basic"), Row(id=2, plan="pro")])
+    assert_df_equality(v0, expected_v0, ignore_row_order=True)
+
+    wrong = spark.createDataFrame([Row(id=4, plan="x", seats=5)])
+    with pytest.raises(AnalysisException, match="A schema mismatch detected when writing to the Delta table"):
+        wrong.write.format("delta").mode("append").save(path)
+    assert delta_io.version(spark, path) == 1  # the rejected append committed nothing
+
+
+def test_append_once_skips_a_repeated_transaction(spark, tmp_path):
+    path = str(tmp_path / "runs")
+    row = spark.createDataFrame([Row(run_id="r1", auc=0.8)])
+    delta_io.append_once(row, path, app_id="train", txn_version=7)
+    delta_io.append_once(row, path, app_id="train", txn_version=7)
+    assert spark.read.format("delta").load(path).count() == 1
+
+
+def test_replace_where_only_touches_its_slice(spark, tmp_path):
+    path = str(tmp_path / "q")
+    rows = [Row(stage="ingest", n=1), Row(stage="clean", n=2)]
+    delta_io.overwrite(spark.createDataFrame(rows), path)
+    delta_io.replace_where(spark.createDataFrame([Row(stage="clean", n=9)]), path, "stage = 'clean'")
+    delta_io.replace_where(spark.createDataFrame([Row(stage="clean", n=9)]), path, "stage = 'clean'")
+    got = spark.read.format("delta").load(path)
+    assert_df_equality(got, spark.createDataFrame([Row(stage="ingest", n=1), Row(stage="clean", n=9)]),
+                       ignore_row_order=True)
+
+
+EXPLAIN_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from sessions import build_session
+from jobs import gpu_explain
+spark = build_session(sys.argv[2], sys.argv[3], app="explain-probe")
+df = spark.sql(QUERY)
+rows = [r.asDict() for r in df.orderBy("bucket").collect()]
+report = gpu_explain.potential_gpu_plan(df) if sys.argv[2] == "gpu-explain" else ""
+print("RESULT " + json.dumps({"rows": rows, "report": report,
+      "plugins": spark.conf.get("spark.plugins", ""), "mode": spark.conf.get("spark.rapids.sql.mode", "")}))
+"""
+QUERY = ("SELECT id % 5 AS bucket, count(*) AS n, sum(id) AS total, "
+         "max(regexp_extract(cast(id AS string), '([0-9])$', 1)) AS last_digit "
+         "FROM range(1000) GROUP BY id % 5")
+
+
+def run_probe(profile: str, tmp_path: Path) -> dict:
+    code = EXPLAIN_PROBE.replace("QUERY", repr(QUERY))
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests"), profile, str(tmp_path / profile)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.slow
+def test_gpu_explain_profile_loads_the_rapids_plugin_without_a_gpu(spark, tmp_path):
+    from jobs import gpu_explain
+
+    got = run_probe("gpu-explain", tmp_path)
+    assert got["plugins"] == "com.nvidia.spark.SQLPlugin" and got["mode"] == "explainOnly"
+    ops = gpu_explain.operators(got["report"])
+    assert {"ShuffleExchangeExec", "RegExpExtract", "Sum"} <= set(ops), got["report"]
+    # Same answer as the cpu profile (the fixture session), row for row.
+    cpu_rows = [r.asDict() for r in spark.sql(QUERY).orderBy("bucket").collect()]
+    assert got["rows"] == cpu_rows
+    assert got["rows"][0] == {"bucket": 0, "n": 200, "total": 99500, "last_digit": "5"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, seconds: float = 60) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    """A real Spark standalone master + one worker on 127.0.0.1, from the installed pyspark."""
+    port, ui = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    spark_class = str(VENV_BIN / "spark-class")
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env,
+                              stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        wait_for_port(port)
+        worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
+                                   "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
+                                   "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env,
+                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for p in (worker, master):
+            if p is not None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+@pytest.mark.slow
+def test_submit_runs_a_job_on_a_standalone_cluster(standalone_cluster, tmp_path):
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                          "smoke", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # 0 + 1 + ... + 999, over 10 buckets, computed by executors the worker started
+    assert result == {"master": standalone_cluster, "version": 0, "rows": 10, "total": 499500}
+    assert list((tmp_path / "smoke" / "smoke_totals" / "_delta_log").glob("*.json"))
+
+
+def test_gradle_jars_are_exactly_the_pins_and_a_second_run_fetches_nothing():
+    names = sorted(p.name for p in jars.JARS_DIR.iterdir())
+    assert names == sorted([*jars.DELTA_JARS, jars.RAPIDS_JAR])
+    before = {p.name: p.stat().st_mtime_ns for p in jars.JARS_DIR.iterdir()}
+    out = subprocess.run(["gradle", "--offline", "--console=plain", "jars"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ":jars UP-TO-DATE" in out.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in jars.JARS_DIR.iterdir()} == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "turbo", "smoke"], "unknown profile 'turbo': choose one of cpu, gpu, gpu-explain"),
+    (["--profile", "cpu", "fly"], "unknown job 'fly'"),
+    (["--profile", "gpu", "smoke", "--out", "x"], "profile 'gpu' runs on NVIDIA GPUs, but this machine has none"),
+    (["--conf", "novalue", "smoke"], "--conf 'novalue' is not key=value"),
+])
+def test_submit_refuses_bad_invocations_with_one_line(args, message):
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_missing_jars_name_the_fix(tmp_path):
+    with pytest.raises(jars.MissingJarsError, match="Run scripts/setup"):
+        jars.jars_for(rapids=True, jars_dir=tmp_path)
+
+
+def test_profiles_merge_base_and_share_rapids_settings():
+    cpu, gpu, explain = (profiles.load_profile(p) for p in ("cpu", "gpu", "gpu-explain"))
+    assert cpu["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert not profiles.uses_rapids(cpu)
+    assert profiles.needs_gpu(gpu) and not profiles.needs_gpu(explain) and profiles.uses_rapids(explain)
+    assert gpu["spark.sql.files.maxPartitionBytes"] == "512m"  # rapids.conf overrides base
+    assert gpu["spark.executor.resource.gpu.discoveryScript"] == str(ROOT / "conf" / "get-gpus-resources.sh")
+    shared = profiles.read_conf(ROOT / "conf" / "rapids.conf")
+    assert all(explain[k] == v == gpu[k] for k, v in shared.items())
