@@ -17,7 +17,10 @@ STAGES = {
 }
 
 
-class UsageError(Exception):
+from jobs.errors import UserError
+
+
+class UsageError(UserError):
     """A mistake in how a job was called: reported as one line and exit status 2."""
 
 
@@ -30,6 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(STAGES[argv[0]])
     try:
         return module.main(argv[1:]) or 0
-    except UsageError as e:
+    except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
