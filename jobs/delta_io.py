@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs import gpu_explain
 from jobs.contract import TABLES
 
 
@@ -47,6 +48,7 @@ def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple
 
 
 def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> int:
+    gpu_explain.observe(df, path)
     writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
@@ -59,11 +61,13 @@ def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[
     spark = df.sparkSession
     if not exists(spark, path):
         return overwrite(df, path, partition_by)
+    gpu_explain.observe(df, path)
     df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
     return version(spark, path)
 
 
 def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:
+    gpu_explain.observe(df, path)
     df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", txn_version).save(path)
     return version(df.sparkSession, path)
 

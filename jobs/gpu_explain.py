@@ -7,6 +7,7 @@ on the class path; the gpu-explain profile loads it in explain-only mode, which 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from pyspark.sql import DataFrame
@@ -43,3 +44,64 @@ def fallbacks(report: str) -> list[Fallback]:
 def operators(report: str) -> list[str]:
     """Every operator the planner judged (on the GPU or not), e.g. ['ProjectExec', 'Alias', ...]."""
     return re.findall(r"^\s*[*!@#]\w+\s+<([^>]+)>", report, flags=re.M)
+
+
+class PlanCollector:
+    """Collects, per pipeline stage, what each Delta write's query would not run on the GPU.
+
+    ``delta_io`` hands every DataFrame it writes to ``observe``; while a collector is active and the RAPIDS
+    jar is on the class path (gpu and gpu-explain profiles), the plugin's planner judges it. Under the cpu
+    profile the jar is absent and this costs nothing. Planning only: no query is executed for it.
+    """
+
+    _active: "PlanCollector | None" = None
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.current = "unstaged"
+        self.by_stage: dict[str, list[dict]] = {}
+
+    @classmethod
+    def for_session(cls, spark) -> "PlanCollector":
+        collector = cls(enabled=rapids_available(spark))
+        cls._active = collector
+        return collector
+
+    @contextmanager
+    def stage(self, name: str):
+        self.current = name
+        self.by_stage.setdefault(name, [])
+        try:
+            yield self
+        finally:
+            self.current = "unstaged"
+
+    def record(self, df: DataFrame, target: str) -> None:
+        if not self.enabled:
+            return
+        for fb in fallbacks(potential_gpu_plan(df)):
+            entry = {**fb.as_dict(), "target": target}
+            if entry not in self.by_stage.setdefault(self.current, []):
+                self.by_stage[self.current].append(entry)
+
+    def save(self, path: str) -> None:
+        import json
+        import os
+
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"collected": self.enabled, "stages": self.by_stage}, f, indent=2, sort_keys=True)
+
+
+def rapids_available(spark) -> bool:
+    try:
+        spark._jvm.java.lang.Class.forName("com.nvidia.spark.rapids.ExplainPlan")
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False
+
+
+def observe(df: DataFrame, target: str) -> None:
+    """Called by jobs.delta_io before each write."""
+    if PlanCollector._active is not None:
+        PlanCollector._active.record(df, target)
