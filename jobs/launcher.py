@@ -38,6 +38,13 @@ def build_pyfiles(dest: Path) -> Path:
     return dest
 
 
+def spark_home() -> Path:
+    """The Spark inside the installed pyspark package (a venv, or a --target install on a GPU host)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
 def has_local_gpu() -> bool:
     nvsmi = shutil.which("nvidia-smi")
     if not nvsmi:
@@ -71,7 +78,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
         props[key] = value
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
-    spark_submit = Path(sys.executable).parent / "spark-submit"
+    spark_submit = spark_home() / "bin" / "spark-submit"
     cmd = [str(spark_submit), "--master", master, "--properties-file", str(props_file),
            "--jars", ",".join(str(p) for p in jar_paths), "--py-files", str(pyfiles),
            str(PACKAGE / "main.py"), job, *job_args]
