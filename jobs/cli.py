@@ -14,6 +14,7 @@ STAGES = {
     "report": "jobs.report",
     "pipeline": "jobs.pipeline",
     "smoke": "jobs.smoke",
+    "compare": "jobs.compare",
 }
 
 

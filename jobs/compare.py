@@ -1,0 +1,135 @@
+"""Compare two pipeline runs (e.g. cpu and gpu profiles over the same input): every Delta table's row count
+and per-column aggregates, the quarantine's contents, the model's metrics and coefficients, and stage times.
+
+Exact for integers, booleans, strings, dates and timestamps (an order-free checksum: the sum of 64-bit hashes);
+floats within a stated relative tolerance (GPU float parsing and summation order differ in the last bits).
+    scripts/submit compare --left runs/cmp/cpu --right runs/cmp/gpu --out runs/cmp/comparison.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, FloatType, NumericType, StructType
+
+from jobs import delta_io
+from jobs.contract import TABLES
+
+FLOAT_RTOL = 1e-6        # per-column float sums/min/max
+AUC_TOL = 0.005          # model ROC AUC, absolute
+COEF_RTOL = 1e-3         # model coefficients, relative
+SKIP_TABLES = ("runs",)  # holds timings and package versions, which differ between runs by design
+
+
+def column_profile(df: DataFrame) -> dict[str, dict]:
+    """One aggregation pass: per column, null count and an exact checksum, or float sum/min/max."""
+    aggs, kinds = [], {}
+    for f in df.schema.fields:
+        c = F.col(f"`{f.name}`")
+        aggs.append(F.sum(c.isNull().cast("long")).alias(f"{f.name}__nulls"))
+        if isinstance(f.dataType, (DoubleType, FloatType)):
+            kinds[f.name] = "float"
+            aggs += [F.sum(c).alias(f"{f.name}__sum"), F.min(c).alias(f"{f.name}__min"),
+                     F.max(c).alias(f"{f.name}__max")]
+        elif isinstance(f.dataType, StructType) or f.dataType.typeName() in ("array", "map", "vector"):
+            kinds[f.name] = "skipped"
+        else:
+            kinds[f.name] = "exact"
+            aggs.append(F.sum(F.xxhash64(c).cast("decimal(38,0)")).alias(f"{f.name}__checksum"))
+    row = df.agg(F.count(F.lit(1)).alias("__rows"), *aggs).first().asDict()
+    out = {"__rows": row["__rows"]}
+    for name, kind in kinds.items():
+        out[name] = {"kind": kind, **{k.split("__", 1)[1]: (str(v) if k.endswith("checksum") else v)
+                                      for k, v in row.items() if k.startswith(f"{name}__")}}
+    return out
+
+
+def close(a, b, rtol: float) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=rtol, abs_tol=rtol)
+
+
+def compare_profiles(left: dict, right: dict) -> list[str]:
+    """Differences between two table profiles, in words; empty when they agree."""
+    diffs = []
+    if left["__rows"] != right["__rows"]:
+        diffs.append(f"rows {left['__rows']} != {right['__rows']}")
+    for col in sorted(set(left) | set(right)):
+        if col == "__rows":
+            continue
+        a, b = left.get(col), right.get(col)
+        if a is None or b is None:
+            diffs.append(f"column {col} only on one side")
+        elif a["kind"] == "float":
+            for k in ("nulls", "sum", "min", "max"):
+                if not close(a.get(k), b.get(k), FLOAT_RTOL if k != "nulls" else 0):
+                    diffs.append(f"{col}.{k} {a.get(k)} != {b.get(k)}")
+        elif a != b:
+            diffs.append(f"{col} {a} != {b}")
+    return diffs
+
+
+def compare_models(left: dict, right: dict) -> list[str]:
+    diffs = []
+    la = left.get("metrics", {}).get("test", {}).get("roc_auc")
+    ra = right.get("metrics", {}).get("test", {}).get("roc_auc")
+    if la is None or ra is None or abs(la - ra) > AUC_TOL:
+        diffs.append(f"test ROC AUC {la} vs {ra} (tolerance {AUC_TOL})")
+    lc, rc = left.get("coefficients", {}), right.get("coefficients", {})
+    if set(lc) != set(rc):
+        diffs.append("coefficient names differ")
+    for k in sorted(set(lc) & set(rc)):
+        if not math.isclose(lc[k], rc[k], rel_tol=COEF_RTOL, abs_tol=1e-6):
+            diffs.append(f"coefficient {k} {lc[k]:.6g} vs {rc[k]:.6g} (relative {COEF_RTOL})")
+    return diffs
+
+
+def run(spark: SparkSession, left_out: str, right_out: str) -> dict:
+    result = {"tables": {}, "model": {}, "timings": {}}
+    for name in TABLES:
+        if name in SKIP_TABLES:
+            continue
+        lp, rp = (delta_io.table_path(f"{o}/lake", name) for o in (left_out, right_out))
+        if not delta_io.exists(spark, lp) and not delta_io.exists(spark, rp):
+            continue
+        try:
+            (ldf, _), (rdf, _) = delta_io.read(spark, lp), delta_io.read(spark, rp)
+        except FileNotFoundError as e:
+            result["tables"][name] = {"parity": False, "diffs": [str(e)]}
+            continue
+        lprof, rprof = column_profile(ldf), column_profile(rdf)
+        diffs = compare_profiles(lprof, rprof)
+        result["tables"][name] = {"parity": not diffs, "rows": [lprof["__rows"], rprof["__rows"]], "diffs": diffs}
+    reports = [_read(Path(o) / "report" / "report.json") for o in (left_out, right_out)]
+    lm, rm = (r.get("model", {}) for r in reports)
+    model_diffs = compare_models(lm, rm)
+    result["model"] = {"parity": not model_diffs, "diffs": model_diffs,
+                       "roc_auc": [m.get("metrics", {}).get("test", {}).get("roc_auc") for m in (lm, rm)]}
+    lt, rt = (r.get("timings", {}) for r in reports)
+    result["timings"] = {s: {"left_s": lt[s], "right_s": rt.get(s),
+                             "speedup": round(lt[s] / rt[s], 2) if rt.get(s) else None} for s in lt}
+    result["parity"] = all(t["parity"] for t in result["tables"].values()) and result["model"]["parity"]
+    return result
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def main(argv: list[str]) -> int:
+    from jobs.session import get_spark
+
+    p = argparse.ArgumentParser(prog="compare")
+    p.add_argument("--left", required=True)
+    p.add_argument("--right", required=True)
+    p.add_argument("--out", required=True, help="JSON file for the comparison")
+    args = p.parse_args(argv)
+    result = run(get_spark("compare"), args.left, args.right)
+    Path(args.out).write_text(json.dumps(result, indent=2, default=str))
+    print(json.dumps({"parity": result["parity"]}))
+    return 0
