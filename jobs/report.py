@@ -55,7 +55,8 @@ def gather(spark: SparkSession, lake: str, data: str | None, timings: dict) -> d
             quarantine.setdefault(r["dataset"], {})[r["reason"]] = r["count"]
     manifest = _read_json(Path(data) / "manifest.json") if data else None
     train = stages.get("train") or {}
-    run_json = _read_json(Path(train.get("extra", {}).get("run_json", ""))) if train else None
+    model_path = train.get("extra", {}).get("model_path") if train else None
+    run_json = _read_json(Path(model_path).parent / "run.json") if model_path else None
     return {
         "spark": {"version": spark.version, "master": spark.sparkContext.master,
                   "plugins": spark.conf.get("spark.plugins", ""),
@@ -187,7 +188,7 @@ def make_plots(spark: SparkSession, lake: str, facts: dict, report_dir: Path) ->
 def _test_split(scored: DataFrame) -> DataFrame:
     from jobs import train
 
-    return scored.where(train.split_column(F.col(contract.ID)) == "test")
+    return scored.transform(train.with_split).where(F.col("split") == "test")
 
 
 def _save(fig, path: Path) -> str:
