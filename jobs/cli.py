@@ -15,6 +15,7 @@ STAGES = {
     "pipeline": "jobs.pipeline",
     "smoke": "jobs.smoke",
     "compare": "jobs.compare",
+    "bench-handoff": "jobs.bench_handoff",
 }
 
 

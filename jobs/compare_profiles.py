@@ -47,19 +47,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", help="existing CSV folder with manifest.json (default: generate into <out>/data)")
     p.add_argument("--customers", type=int, default=20_000)
     p.add_argument("--master", default="local[*]")
+    p.add_argument("--reuse", action="store_true", help="keep a profile's finished run in <out> instead of rerunning")
+    p.add_argument("--only", choices=("generate", "left", "right", "compare"),
+                   help="do one step only (long runs split over several calls)")
     p.add_argument("--conf", action="append", default=[], help="extra Spark property for both runs")
+    p.add_argument("--profile-conf", action="append", default=[], metavar="PROFILE:KEY=VALUE",
+                   help="extra Spark property for one profile's run only (e.g. gpu:spark.executor.cores=16)")
     args = p.parse_args(argv)
     left, right = args.profiles.split(",")
     out = Path(args.out)
     data = Path(args.input) if args.input else out / "data"
     common = ["--master", args.master, *sum((["--conf", c] for c in args.conf), [])]
-    if not args.input and not (data / "manifest.json").exists():
+    steps = [args.only] if args.only else ["generate", "left", "right", "compare"]
+    if "generate" in steps and not args.input and not (data / "manifest.json").exists():
         sh([PY, "-m", "jobs.launcher", "--profile", "cpu", *common, "generate", "--out", str(data),
             "--customers", str(args.customers)])
-    for profile in (left, right):
-        sh([PY, "-m", "jobs.pipeline_launcher", "--profile", profile, *common,
+    for step, profile in (("left", left), ("right", right)):
+        if step not in steps or (args.reuse and (out / profile / "report" / "report.json").exists()):
+            continue
+        own = sum((["--conf", pc.split(":", 1)[1]] for pc in args.profile_conf if pc.split(":", 1)[0] == profile), [])
+        sh([PY, "-m", "jobs.pipeline_launcher", "--profile", profile, *common, *own,
             "--out", str(out / profile), "--input", str(data)])
-    sh([PY, "-m", "jobs.launcher", "--profile", "cpu", "--master", "local[*]", "compare",
+    if "compare" not in steps:
+        return 0
+    sh([PY, "-m", "jobs.launcher", "--profile", "cpu", *common, "compare",
         "--left", str(out / left), "--right", str(out / right), "--out", str(out / "comparison.json")])
     result = json.loads((out / "comparison.json").read_text())
     (out / "comparison.md").write_text(render(result, left, right))

@@ -1,0 +1,151 @@
+"""Where the Spark -> GPU hand-off of model training spends its time, and what cuts it (issue 7).
+
+Fits the same logistic regression on the gold table's training rows several ways in one Spark application
+(gpu profile) and times each fit, after the input is cached and counted so only the hand-off and the fit
+are timed:
+- mllib:            Spark MLlib on the executors' CPU cores (VectorAssembler + LogisticRegression);
+- srml_cols_f64:    spark-rapids-ml, the double feature columns as they are (featuresCols);
+- srml_cols_f32:    the same columns cast to float in Spark first (half the bytes through Arrow);
+- srml_array_f32:   one array<float> column (one Arrow buffer instead of one per feature);
+- srml_array_f32_sqloff: the same with the RAPIDS SQL plugin switched off for that query;
+- cuml_alone:       cuML on data already on the GPU (the floor: no Spark at all).
+Each variant's result: seconds, test ROC AUC, largest relative coefficient difference to MLlib.
+    scripts/submit --profile gpu bench-handoff --lake DIR --out results.json [--replicate K]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs import contract, delta_io, evaluate, train
+from jobs.ml import FittedLogisticRegression
+
+PARAMS = dict(regParam=0.0, elasticNetParam=0.0, maxIter=100, tol=1e-6, standardization=True)
+
+
+def training_rows(spark: SparkSession, lake: str, replicate: int) -> tuple[DataFrame, DataFrame]:
+    gold, _ = delta_io.read(spark, delta_io.table_path(lake, "gold_features"))
+    split = gold.transform(train.with_split)
+    train_df = split.where(F.col("split") == "train").select(contract.LABEL, *contract.FEATURES)
+    if replicate > 1:  # the same optimum on K times the rows: a bigger hand-off, like a bigger customer base
+        train_df = train_df.withColumn("_k", F.explode(F.sequence(F.lit(1), F.lit(replicate)))).drop("_k")
+    test_df = split.where(F.col("split") == "test").select(contract.ID, contract.LABEL, *contract.FEATURES)
+    return train_df, test_df
+
+
+def timed_fit(name: str, make_input, fit) -> dict:
+    df = make_input().cache()
+    rows = df.count()  # materialise: the clock below sees only the hand-off and the fit
+    t = time.perf_counter()
+    model = fit(df)
+    seconds = time.perf_counter() - t
+    df.unpersist()
+    return {"variant": name, "rows": rows, "seconds": round(seconds, 2), "model": model}
+
+
+def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | None = None) -> dict:
+    from pyspark.ml.classification import LogisticRegression as MLlibLR
+    from pyspark.ml.feature import VectorAssembler
+
+    cols = list(contract.FEATURES)
+    train_df, test_df = training_rows(spark, lake, replicate)
+    results, reference = [], None
+
+    def mllib(df):
+        assembled = VectorAssembler(inputCols=cols, outputCol="features").transform(df)
+        return FittedLogisticRegression.from_model(MLlibLR(**PARAMS).fit(assembled), cols, "pyspark.ml")
+
+    def srml(features_as: str):
+        def fit(df):
+            from spark_rapids_ml.classification import LogisticRegression
+
+            kw = {"featuresCols": cols} if features_as == "cols" else {"featuresCol": "features"}
+            if num_workers:
+                kw["num_workers"] = num_workers
+            return FittedLogisticRegression.from_model(LogisticRegression(**kw, **PARAMS).fit(df), cols,
+                                                       "spark_rapids_ml")
+        return fit
+
+    f32 = lambda: train_df.select(F.col(contract.LABEL), *[F.col(c).cast("float").alias(c) for c in cols])
+    arr = lambda: train_df.select(F.col(contract.LABEL), F.array(*cols).cast("array<float>").alias("features"))
+    variants = [
+        ("mllib", lambda: train_df, mllib),
+        ("srml_cols_f64", lambda: train_df, srml("cols")),
+        ("srml_cols_f32", f32, srml("cols")),
+        ("srml_array_f32", arr, srml("array")),
+    ]
+    for name, make_input, fit in variants:
+        results.append(_attempt(name, make_input, fit))
+    sql_was = spark.conf.get("spark.rapids.sql.enabled", "false")
+    spark.conf.set("spark.rapids.sql.enabled", "false")
+    results.append(_attempt("srml_array_f32_sqloff", arr, srml("array")))
+    spark.conf.set("spark.rapids.sql.enabled", sql_was)
+    results.append(_cuml_alone(train_df, cols))
+
+    for r in results:
+        model = r.pop("model", None)
+        if model is None:
+            continue
+        if r["variant"] == "mllib":
+            reference = model
+        scored = test_df.withColumn(evaluate.PROBABILITY, model.probability())
+        r["test_roc_auc"] = round(evaluate.roc_auc(scored), 5)
+        r["coefficients"] = model.coefficients_by_name()
+    if reference is not None:
+        ref = reference.coefficients_by_name()
+        for r in results:
+            if "coefficients" in r:
+                r["max_rel_coef_diff_vs_mllib"] = max(
+                    abs(r["coefficients"][k] - v) / max(abs(v), 1e-3) for k, v in ref.items())
+    base = next((r["seconds"] for r in results if r["variant"] == "mllib" and "seconds" in r), None)
+    for r in results:
+        if base and r.get("seconds"):
+            r["speedup_vs_mllib"] = round(base / r["seconds"], 2)
+    return {"replicate": replicate, "params": PARAMS, "variants": results}
+
+
+def _attempt(name, make_input, fit) -> dict:
+    try:
+        return timed_fit(name, make_input, fit)
+    except Exception as e:  # one variant failing must not cost the others' figures
+        return {"variant": name, "error": f"{type(e).__name__}: {str(e)[:2000]}",
+                "trace": traceback.format_exc()[-3000:]}
+
+
+def _cuml_alone(train_df: DataFrame, cols: list[str]) -> dict:
+    try:
+        import cupy as cp
+        from cuml.linear_model import LogisticRegression as CuLR
+
+        pdf = train_df.select(contract.LABEL, *[F.col(c).cast("float") for c in cols]).toPandas()
+        X = cp.asarray(pdf[cols].to_numpy())
+        y = cp.asarray(pdf[contract.LABEL].to_numpy().astype("float32"))
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        CuLR(C=1e12, max_iter=100, tol=1e-6).fit(X, y)  # C huge: unregularised, as PARAMS
+        cp.cuda.Device().synchronize()
+        return {"variant": "cuml_alone_on_gpu_data", "rows": len(pdf), "seconds": round(time.perf_counter() - t, 3)}
+    except Exception as e:
+        return {"variant": "cuml_alone_on_gpu_data", "error": f"{type(e).__name__}: {str(e)[:500]}"}
+
+
+def main(argv: list[str]) -> int:
+    from jobs.session import get_spark
+
+    p = argparse.ArgumentParser(prog="bench-handoff")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--replicate", type=int, default=1)
+    p.add_argument("--num-workers", type=int)
+    args = p.parse_args(argv)
+    result = run(get_spark("bench-handoff"), args.lake, args.replicate, args.num_workers)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2, default=str)
+    for r in result["variants"]:
+        print(json.dumps({k: v for k, v in r.items() if k not in ("coefficients", "trace")}))
+    return 0
