@@ -1,0 +1,138 @@
+"""The whole pipeline through its real launchers: compare-profiles runs it under cpu and gpu-explain on the
+same small generated input (full parity expected), the report is held to the Delta tables as an independent
+reader sees them, the GPU fallback gate holds, and bad invocations stop before anything is written."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs import contract, gpu_gate
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "SKIP_SETUP": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "compare-profiles"), "--profiles", "cpu,gpu-explain", "--customers", "600",
+         "--out", str(out), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=4",
+         "--conf", "spark.driver.memory=2g", "--conf", "spark.ui.showConsoleProgress=false"],
+        capture_output=True, text=True, timeout=1500, env=ENV, cwd=ROOT)
+    return out, proc
+
+
+@pytest.mark.slow
+def test_cpu_and_gpu_explain_runs_agree_fully(compared):
+    out, proc = compared
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads((out / "comparison.json").read_text())
+    assert result["parity"] is True
+    expected_tables = {"bronze_customers", "bronze_events", "quarantine", "silver_customers", "silver_events",
+                       "gold_features", "predictions"}
+    assert expected_tables <= set(result["tables"])
+    assert all(t["parity"] and t["rows"][0] == t["rows"][1] > 0 for t in result["tables"].values())
+    assert result["model"]["parity"] and result["model"]["roc_auc"][0] == result["model"]["roc_auc"][1]
+    assert set(result["timings"]) >= {"ingest", "clean", "features", "train", "score"}
+
+
+def _delta(path: str):
+    from deltalake import DeltaTable
+
+    return DeltaTable(path)
+
+
+@pytest.mark.slow
+def test_report_numbers_equal_the_delta_tables(compared):
+    out, proc = compared
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = out / "cpu"
+    report = json.loads((run / "report" / "report.json").read_text())
+    for name, t in report["tables"].items():
+        table = _delta(t["path"])  # the Rust reader, independent of Spark
+        assert table.version() == t["version"], name
+        assert table.to_pyarrow_table().num_rows == t["rows"], name
+    q = _delta(report["tables"]["quarantine"]["path"]).to_pyarrow_table(columns=["dataset", "reason"]).to_pylist()
+    counted: dict = {}
+    for r in q:
+        counted.setdefault(r["dataset"], {}).setdefault(r["reason"], 0)
+        counted[r["dataset"]][r["reason"]] += 1
+    assert report["quarantine"] == counted
+    for ds, a in report["accounting"].items():
+        assert a["balanced"], (ds, a)
+        assert a["kept"] == report["tables"][f"silver_{ds}"]["rows"]
+    assert all(r["ok"] for r in report["quality"]), [r for r in report["quality"] if not r["ok"]]
+    runs = _delta(report["tables"]["runs"]["path"]).to_pyarrow_table().to_pylist()
+    assert report["model"]["run_id"] in {r["run_id"] for r in runs}
+    md = (run / "report" / "report.md").read_text()
+    assert f"| predictions | {report['tables']['predictions']['version']} |" in md
+    page = (run / "report" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 4  # ROC, PR, lift, coefficients inlined
+    assert list((run / "eventlog").iterdir()), "Spark event log kept for the history server"
+
+
+@pytest.mark.slow
+def test_every_gpu_fallback_is_allow_listed(compared):
+    out, _ = compared
+    fallbacks = json.loads((out / "gpu-explain" / "report" / "gpu-fallbacks.json").read_text())
+    assert fallbacks["collected"] is True
+    assert set(fallbacks["stages"]) >= {"ingest", "clean", "features", "score"}
+    assert gpu_gate.unexpected(fallbacks["stages"], gpu_gate.load_allowlist()) == []
+    report_md = (out / "gpu-explain" / "report" / "report.md").read_text()
+    assert "## What would not run on the GPU" in report_md
+
+
+GATE_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from sessions import build_session
+from pyspark.sql import functions as F, types as T
+from jobs import clean, gpu_explain, gpu_gate
+spark = build_session("gpu-explain", sys.argv[2], app="gate-probe")
+collector = gpu_explain.PlanCollector.for_session(spark)
+df = spark.createDataFrame([(" month-TO-month ",), ("Two year",)], "contract_type string")
+shout = F.udf(lambda s: s.upper(), T.StringType())  # deliberately GPU-unfriendly: a Python UDF
+with collector.stage("clean"):
+    gpu_explain.observe(df.withColumn("c", F.upper(F.trim("contract_type"))), "built-ins")
+    built_ins = list(collector.by_stage["clean"])
+    gpu_explain.observe(df.withColumn("c", shout("contract_type")), "with-udf")
+bad = gpu_gate.unexpected(collector.by_stage, gpu_gate.load_allowlist())
+print("RESULT " + json.dumps({"built_ins": built_ins, "unexpected": bad}))
+"""
+
+
+@pytest.mark.slow
+def test_the_gate_catches_a_transform_that_gains_a_fallback(tmp_path):
+    out = subprocess.run([sys.executable, "-c", GATE_PROBE, str(ROOT / "tests"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert got["built_ins"] == []  # trim/upper run on the GPU: nothing to report
+    names = {f["name"] for f in got["unexpected"]}
+    assert got["unexpected"] and all(f["target"] == "with-udf" and f["stage"] == "clean" for f in got["unexpected"])
+    assert names & {"BatchEvalPythonExec", "PythonUDF", "ArrowEvalPythonExec"}, got["unexpected"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "turbo"], "unknown profile 'turbo'"),
+    (["--customers", "0"], "--customers 0: need at least 1 customer"),
+    (["--input", "/nonexistent/csv"], "--input /nonexistent/csv: no such folder"),
+    (["--out", "{blocker}/out"], "is not writable"),
+])
+def test_bad_pipeline_invocations_stop_before_writing(tmp_path, args, message):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    args = [a.replace("{blocker}", str(blocker)) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "run")]
+    proc = subprocess.run([sys.executable, "-m", "jobs.pipeline_launcher", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=ENV)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "run" / "lake").exists() and not (tmp_path / "run" / "data").exists()
