@@ -1,0 +1,297 @@
+"""Clean: bronze -> silver customers and events (typed, canonical, deduplicated, valid) + the 'clean' slice of
+the quarantine.
+
+    scripts/submit --profile cpu clean --lake data/lake --as-of 2026-06-30
+
+Each bronze row gets a fate, decided in this order (docs/etl.md):
+1. the checks of ``contract.CLEAN_CHECK_ORDER``; the first failing one names the quarantine reason and
+   ``detail`` names the column;
+2. exact duplicates among the valid rows (identical raw CSV fields) are removed, the first copy in input
+   order (source_file, record_number) kept, and counted;
+3. customers: of several valid rows with one customer_id, the latest updated_at wins (ties: later in the
+   input); the others go to quarantine as ``superseded``;
+4. events: a customer_id in no bronze customer row -> ``unknown_customer``; in bronze but not in silver
+   (every row of that customer was quarantined) -> ``contract.CASCADE_REASON``.
+Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so nothing is lost.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from functools import reduce
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from jobs import delta_io
+from jobs.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASON, CATEGORIES, CLEAN_CHECK_ORDER,
+                           CUSTOMER_CATEGORICALS, CUSTOMER_COLUMNS, DATASETS, DATE_FORMAT, EARLIEST_DATE,
+                           EVENT_CATEGORICALS, EVENT_COLUMNS, MONTHLY_CHARGES_RANGE, QUARANTINE_COLUMNS,
+                           REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
+from jobs.errors import UserError
+from jobs.session import get_spark
+
+STAGE = "clean"
+LINEAGE = ("source_file", "record_number")
+KEPT = "kept"          # value of the internal _fate column for rows that go to silver
+DUPLICATE = "duplicate"
+
+# Typed columns per dataset: name -> kind. Everything not listed stays a string.
+NUMBERS = {"customers": {"monthly_charges": MONTHLY_CHARGES_RANGE}, "events": {"amount": AMOUNT_RANGE}}
+DATES = {"customers": {"updated_at": TIMESTAMP_FORMAT, "signup_date": DATE_FORMAT, "birth_date": DATE_FORMAT},
+         "events": {"event_ts": TIMESTAMP_FORMAT}}
+CATEGORICALS = {"customers": CUSTOMER_CATEGORICALS, "events": EVENT_CATEGORICALS}
+# A plain decimal; Spark's cast alone would also take "NaN", "Infinity", "1e3" or "1d".
+NUMBER_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
+
+
+def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
+    started = time.time()
+    check_as_of(as_of)
+    record = delta_io.StageRecord(STAGE, extra={"as_of": as_of})
+    bronze_c, record.read["bronze_customers"] = delta_io.read(spark, delta_io.table_path(lake, "bronze_customers"))
+    bronze_e, record.read["bronze_events"] = delta_io.read(spark, delta_io.table_path(lake, "bronze_events"))
+
+    # Each classified frame feeds two writes (silver, quarantine): persisted so the checks run once.
+    customers = (bronze_c.transform(with_checks("customers", as_of))
+                 .transform(with_duplicates_marked(CUSTOMER_COLUMNS))
+                 .transform(with_superseded_marked)
+                 .persist(StorageLevel.MEMORY_AND_DISK))
+    record.wrote["silver_customers"] = delta_io.overwrite(
+        customers.transform(silver_rows("customers")).repartition("customer_id"),
+        delta_io.table_path(lake, "silver_customers"))
+    silver_c, _ = delta_io.read(spark, delta_io.table_path(lake, "silver_customers"),
+                                record.wrote["silver_customers"])
+
+    events = (bronze_e.transform(with_checks("events", as_of))
+              .transform(with_duplicates_marked(EVENT_COLUMNS))
+              .transform(with_customer_reasons(bronze_c, silver_c))
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    # Hash by customer: the features stage aggregates per customer; adaptive execution sizes the files.
+    record.wrote["silver_events"] = delta_io.overwrite(
+        events.transform(silver_rows("events")).repartition("customer_id"),
+        delta_io.table_path(lake, "silver_events"))
+
+    quarantine = (customers.transform(quarantine_rows("customers"))
+                  .unionByName(events.transform(quarantine_rows("events")))
+                  .repartition("dataset", "source_file"))
+    record.wrote["quarantine"] = delta_io.replace_where(
+        quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE}'")
+    customers.unpersist()
+    events.unpersist()
+
+    record.counts = accounting(spark, lake, record)
+    record.seconds = round(time.time() - started, 3)
+    return record
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="clean", description="bronze -> silver + quarantine")
+    p.add_argument("--lake", required=True, help="root folder of the Delta tables")
+    p.add_argument("--as-of", required=True, help="as-of date (yyyy-MM-dd): later dates are impossible")
+    args = p.parse_args(argv)
+    record = run(get_spark("clean"), args.lake, args.as_of)
+    print(f"clean: wrote {record.wrote}; totals {record.counts['totals']}; record {record.save(args.lake)}")
+    return 0
+
+
+def check_as_of(as_of: str) -> None:
+    try:
+        dt.date.fromisoformat(as_of)
+    except ValueError:
+        raise UserError(f"--as-of {as_of!r} is not a date: give it as yyyy-MM-dd, e.g. 2026-06-30") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Column helpers
+# ---------------------------------------------------------------------------------------------------------
+def is_blank(c: Column) -> Column:
+    return c.isNull() | (F.trim(c) == "")
+
+
+def category_key(c: Column) -> Column:
+    """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space."""
+    return F.trim(F.regexp_replace(F.lower(c), r"\s+", " "))
+
+
+def canonical_category(column: str) -> Column:
+    """Canonical value of a categorical column, null if blank or unknown (a literal map: GPU-friendly)."""
+    lookup = {v.lower(): v for v in CATEGORIES[column]}
+    lookup.update(SPELLINGS.get(column, {}))
+    pairs = [F.lit(x) for kv in sorted(lookup.items()) for x in kv]
+    return F.create_map(*pairs)[category_key(F.col(column))]
+
+
+def parsed_number(column: str) -> Column:
+    c = F.trim(F.col(column))
+    return F.when(c.rlike(NUMBER_PATTERN), c.cast("double"))
+
+
+def parsed_date(column: str, fmt: str) -> Column:
+    c = F.trim(F.col(column))
+    return F.to_timestamp(c, fmt) if "HH" in fmt else F.to_date(c, fmt)
+
+
+def first_column(conditions: dict[str, Column]) -> Column:
+    """Name of the first column whose condition holds, else null."""
+    return F.coalesce(*[F.when(cond, F.lit(name)) for name, cond in conditions.items()], F.lit(None))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Transforms
+# ---------------------------------------------------------------------------------------------------------
+def with_checks(dataset: str, as_of: str):
+    """Adds ``reason`` / ``detail`` (null for a valid row) and the typed, canonical columns ``t_<name>``."""
+    columns = DATASETS[dataset]
+
+    def transform(df: DataFrame) -> DataFrame:
+        typed = {c: parsed_number(c) for c in NUMBERS[dataset]}
+        typed.update({c: parsed_date(c, fmt) for c, fmt in DATES[dataset].items()})
+        typed.update({c: canonical_category(c) for c in CATEGORICALS[dataset]})
+        df = df.select("*", *[expr.alias(f"t_{c}") for c, expr in typed.items()])
+        t = lambda c: F.col(f"t_{c}")  # noqa: E731
+        checks = {
+            "invalid_utf8": first_column({c: F.col(c).contains("\ufffd") for c in columns}),
+            "missing_required": first_column({c: is_blank(F.col(c)) for c in REQUIRED[dataset]}),
+            "bad_number": first_column({c: ~is_blank(F.col(c)) & t(c).isNull() for c in NUMBERS[dataset]}),
+            "bad_date": first_column({c: ~is_blank(F.col(c)) & t(c).isNull() for c in DATES[dataset]}),
+            "unknown_category": first_column({c: ~is_blank(F.col(c)) & t(c).isNull()
+                                              for c in CATEGORICALS[dataset]}),
+            "out_of_range": first_column({c: ~t(c).between(lo, hi) for c, (lo, hi) in NUMBERS[dataset].items()}),
+            "impossible_date": first_column(impossible_dates(dataset, as_of)),
+        }
+        reason = reduce(lambda acc, name: acc.when(checks[name].isNotNull(), F.lit(name)),
+                        CLEAN_CHECK_ORDER[1:], F.when(checks[CLEAN_CHECK_ORDER[0]].isNotNull(),
+                                                      F.lit(CLEAN_CHECK_ORDER[0])))
+        detail = F.coalesce(*[checks[name] for name in CLEAN_CHECK_ORDER])
+        return df.withColumn("reason", reason).withColumn("detail", detail)
+    return transform
+
+
+def impossible_dates(dataset: str, as_of: str) -> dict[str, Column]:
+    """Dates that parse but cannot be true: after the as-of date, before EARLIEST_DATE, or (customers) an age
+    at signup outside AGE_AT_SIGNUP_RANGE (whole years)."""
+    as_of_d, earliest = F.lit(as_of).cast("date"), F.lit(EARLIEST_DATE).cast("date")
+    if dataset == "events":
+        day = F.to_date(F.col("t_event_ts"))
+        return {"event_ts": (day > as_of_d) | (day < earliest)}
+    signup = F.col("t_signup_date")
+    age = F.floor(F.months_between(signup, F.col("t_birth_date")) / 12)
+    lo, hi = AGE_AT_SIGNUP_RANGE
+    return {"signup_date": (signup > as_of_d) | (signup < earliest), "birth_date": ~age.between(lo, hi)}
+
+
+def with_duplicates_marked(columns: tuple[str, ...]):
+    """``_fate`` = 'duplicate' for every valid row but the first (in input order) of identical raw fields;
+    'kept' for the other valid rows, the reason for invalid ones. Exact means the CSV fields as read, byte for
+    byte: two rows that differ only in spelling are different records (and, for customers, a conflict)."""
+    def transform(df: DataFrame) -> DataFrame:
+        # Invalid rows are partitioned apart: they are never duplicates, each keeps its own reason.
+        ranked = (df.withColumn("_valid", F.col("reason").isNull())
+                  .withColumn("_copy", F.row_number().over(Window.partitionBy("_valid", *columns)
+                                                          .orderBy(*LINEAGE))))
+        fate = (F.when(~F.col("_valid"), F.col("reason"))
+                .when(F.col("_copy") > 1, F.lit(DUPLICATE)).otherwise(F.lit(KEPT)))
+        return ranked.withColumn("_fate", fate).drop("_valid", "_copy")
+    return transform
+
+
+def with_superseded_marked(df: DataFrame) -> DataFrame:
+    """Of the kept rows of one customer_id, the latest updated_at wins (ties: the later record in the input);
+    the others get reason 'superseded' and, as detail, where the winning row is."""
+    order = Window.partitionBy("_kept", "customer_id").orderBy(
+        F.col("t_updated_at").desc(), F.col("source_file").desc(), F.col("record_number").desc())
+    ranked = (df.withColumn("_kept", F.col("_fate") == KEPT)
+              .withColumn("_rank", F.row_number().over(order))
+              .withColumn("_winner", F.first(F.concat_ws(":", "source_file", F.col("record_number").cast("string")))
+                          .over(order)))
+    loses = F.col("_kept") & (F.col("_rank") > 1)
+    return (ranked
+            .withColumn("reason", F.when(loses, F.lit("superseded")).otherwise(F.col("reason")))
+            .withColumn("detail", F.when(loses, F.concat(F.lit("superseded by "), F.col("_winner")))
+                        .otherwise(F.col("detail")))
+            .withColumn("_fate", F.when(loses, F.lit("superseded")).otherwise(F.col("_fate")))
+            .drop("_kept", "_rank", "_winner"))
+
+
+def with_customer_reasons(bronze_customers: DataFrame, silver_customers: DataFrame):
+    """Kept events whose customer is in no bronze customer row -> 'unknown_customer'; in bronze but not in
+    silver (every row of the customer quarantined) -> CASCADE_REASON."""
+    def transform(df: DataFrame) -> DataFrame:
+        known = (bronze_customers.select(F.trim("customer_id").alias("_cid")).distinct()
+                 .join(silver_customers.select(F.col("customer_id").alias("_cid"),
+                                               F.lit(True).alias("_in_silver")), "_cid", "left"))
+        joined = df.join(known, F.trim(df["customer_id"]) == known["_cid"], "left")
+        kept = F.col("_fate") == KEPT
+        new_reason = (F.when(kept & F.col("_cid").isNull(), F.lit("unknown_customer"))
+                      .when(kept & F.col("_in_silver").isNull(), F.lit(CASCADE_REASON)))
+        return (joined
+                .withColumn("reason", F.coalesce(new_reason, F.col("reason")))
+                .withColumn("detail", F.when(new_reason.isNotNull(), F.lit("customer_id"))
+                            .otherwise(F.col("detail")))
+                .withColumn("_fate", F.coalesce(new_reason, F.col("_fate")))
+                .drop("_cid", "_in_silver"))
+    return transform
+
+
+def silver_rows(dataset: str):
+    """Kept rows with typed, canonical columns in contract order, plus lineage."""
+    columns = DATASETS[dataset]
+    typed = set(NUMBERS[dataset]) | set(DATES[dataset]) | set(CATEGORICALS[dataset])
+
+    def transform(df: DataFrame) -> DataFrame:
+        out = [F.col(f"t_{c}").alias(c) if c in typed else F.trim(F.col(c)).alias(c) if c.endswith("_id")
+               else F.col(c) for c in columns]
+        return df.where(F.col("_fate") == KEPT).select(*out, *LINEAGE)
+    return transform
+
+
+def quarantine_rows(dataset: str):
+    """Rows with a reason, in quarantine shape; ``raw`` holds every CSV field (nulls too) as JSON."""
+    columns = DATASETS[dataset]
+
+    def transform(df: DataFrame) -> DataFrame:
+        raw = F.to_json(F.struct(*columns), {"ignoreNullFields": "false"})
+        return df.where(F.col("reason").isNotNull()).select(
+            F.lit(dataset).alias("dataset"), F.lit(STAGE).alias("stage"), *LINEAGE,
+            raw.alias("raw"), "reason", "detail").select(*QUARANTINE_COLUMNS)
+    return transform
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Accounting: one aggregation over the tables read and written.
+# ---------------------------------------------------------------------------------------------------------
+def accounting(spark: SparkSession, lake: str, record: delta_io.StageRecord) -> dict:
+    """Per dataset and per file: bronze rows in = silver + quarantined (by reason) + duplicates removed."""
+    parts = []
+    for ds in DATASETS:
+        bronze, _ = delta_io.read(spark, delta_io.table_path(lake, f"bronze_{ds}"), record.read[f"bronze_{ds}"])
+        silver, _ = delta_io.read(spark, delta_io.table_path(lake, f"silver_{ds}"), record.wrote[f"silver_{ds}"])
+        parts.append(bronze.select(F.lit(ds).alias("dataset"), "source_file", F.lit("bronze").alias("kind")))
+        parts.append(silver.select(F.lit(ds).alias("dataset"), "source_file", F.lit("silver").alias("kind")))
+    q, _ = delta_io.read(spark, delta_io.table_path(lake, "quarantine"), record.wrote["quarantine"])
+    parts.append(q.where(F.col("stage") == STAGE).select("dataset", "source_file", F.col("reason").alias("kind")))
+    rows = (reduce(DataFrame.unionByName, parts).groupBy("dataset", "source_file", "kind")
+            .agg(F.count(F.lit(1)).alias("n")).collect())  # a few rows per input file
+    files: dict = {ds: {} for ds in DATASETS}
+    for r in rows:
+        f = files[r["dataset"]].setdefault(r["source_file"], {"bronze": 0, "silver": 0, "quarantined": {}})
+        if r["kind"] in ("bronze", "silver"):
+            f[r["kind"]] = r["n"]
+        else:
+            f["quarantined"][r["kind"]] = r["n"]
+    totals = {}
+    for ds, per_file in files.items():
+        for f in per_file.values():
+            f["duplicates_removed"] = f["bronze"] - f["silver"] - sum(f["quarantined"].values())
+        reasons: dict[str, int] = {}
+        for f in per_file.values():
+            for k, n in f["quarantined"].items():
+                reasons[k] = reasons.get(k, 0) + n
+        totals[ds] = {"bronze": sum(f["bronze"] for f in per_file.values()),
+                      "silver": sum(f["silver"] for f in per_file.values()),
+                      "quarantined": dict(sorted(reasons.items())),
+                      "duplicates_removed": sum(f["duplicates_removed"] for f in per_file.values())}
+    return {"files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
