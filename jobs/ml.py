@@ -1,0 +1,198 @@
+"""The estimator factory: the only module that knows two logistic-regression back ends exist.
+
+The Spark property ``spark.churn.ml.implementation`` (set by the conf/ profile) picks one:
+- ``pyspark.ml`` (default): Spark MLlib on the CPU; its input is one vector column (VectorAssembler);
+- ``spark_rapids_ml``: spark-rapids-ml on GPUs (cuML); it takes the numeric columns directly through
+  ``featuresCols``, which keeps the CPU-only VectorAssembler out of a RAPIDS plan.
+
+Callers get a ``LogisticRegressionTrainer`` (estimator + its input preparation + the pre-fit checks) and a
+``FittedLogisticRegression`` back, and never branch on the back end. Every model leaves this module as a
+plain pyspark.ml ``PipelineModel`` (VectorAssembler + LogisticRegressionModel): a spark-rapids-ml model is
+converted with ``model.cpu()`` first, so any CPU Spark can load what was saved, whichever back end trained it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.errors import UserError
+
+IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
+FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
+PYSPARK_ML = "pyspark.ml"
+SPARK_RAPIDS_ML = "spark_rapids_ml"
+IMPLEMENTATIONS = (PYSPARK_ML, SPARK_RAPIDS_ML)
+
+# The vector column MLlib fits on and the saved pipeline assembles; never a gold column.
+VECTOR_COL = "features"
+
+# Estimator parameters both back ends take, mapped by spark-rapids-ml onto cuML's (regParam -> C = 1/regParam,
+# elasticNetParam -> l1_ratio, maxIter -> max_iter, ...).
+COMMON_PARAMS = ("regParam", "elasticNetParam", "maxIter", "tol", "standardization", "fitIntercept",
+                 "labelCol", "predictionCol", "probabilityCol", "rawPredictionCol")
+# MLlib parameters that spark-rapids-ml accepts only by training on the CPU (its fallback), never on the GPU.
+GPU_UNSUPPORTED_PARAMS = ("threshold", "thresholds", "weightCol", "lowerBoundsOnCoefficients",
+                          "upperBoundsOnCoefficients", "lowerBoundsOnIntercepts", "upperBoundsOnIntercepts")
+
+
+def implementation(spark: SparkSession) -> str:
+    value = spark.conf.get(IMPLEMENTATION_KEY, PYSPARK_ML)
+    if value not in IMPLEMENTATIONS:
+        raise UserError(
+            f"{IMPLEMENTATION_KEY}={value!r} is not a known ML back end: set it to one of "
+            f"{', '.join(IMPLEMENTATIONS)} in the profile (conf/*.conf)"
+        )
+    return value
+
+
+def cpu_fallback_enabled(spark: SparkSession) -> bool:
+    return spark.conf.get(FALLBACK_KEY, "false").strip().lower() == "true"
+
+
+@dataclass
+class LogisticRegressionTrainer:
+    """An estimator over named double feature columns, with whatever input preparation its back end needs."""
+
+    implementation: str
+    estimator: Any
+    feature_cols: tuple[str, ...]
+    prepare: Callable[[DataFrame], DataFrame]
+    check_can_fit: Callable[[], None]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def fit(self, df: DataFrame) -> "FittedLogisticRegression":
+        """Fit on ``df`` (feature columns + label). Stops with a UserError, before any work, if it cannot."""
+        self.check_can_fit()
+        model = self.estimator.fit(self.prepare(df))
+        return FittedLogisticRegression.from_model(model, self.feature_cols, self.implementation)
+
+
+def logistic_regression(spark: SparkSession, feature_cols: Sequence[str], **params: Any) -> LogisticRegressionTrainer:
+    """A logistic regression for the back end the session's profile names, with ``params`` (MLlib names)."""
+    impl = implementation(spark)
+    feature_cols = tuple(feature_cols)
+    if impl == SPARK_RAPIDS_ML:
+        return _rapids_trainer(spark, feature_cols, params)
+    return _mllib_trainer(feature_cols, params)
+
+
+def _mllib_trainer(feature_cols: tuple[str, ...], params: dict[str, Any]) -> LogisticRegressionTrainer:
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.feature import VectorAssembler
+
+    assembler = VectorAssembler(inputCols=list(feature_cols), outputCol=VECTOR_COL, handleInvalid="error")
+    estimator = LogisticRegression(featuresCol=VECTOR_COL, family="binomial", **params)
+    return LogisticRegressionTrainer(PYSPARK_ML, estimator, feature_cols, assembler.transform,
+                                     lambda: None, dict(params))
+
+
+def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: dict[str, Any]) -> LogisticRegressionTrainer:
+    unsupported = sorted(p for p in params if p in GPU_UNSUPPORTED_PARAMS)
+    if unsupported and not cpu_fallback_enabled(spark):
+        raise UserError(
+            f"LogisticRegression parameter {', '.join(unsupported)} is not supported by spark-rapids-ml on the GPU: "
+            f"drop it, or set {FALLBACK_KEY}=true in the profile (that trains on the CPU instead)"
+        )
+    from spark_rapids_ml.classification import LogisticRegression
+
+    estimator = LogisticRegression(featuresCols=list(feature_cols), **params)
+    return LogisticRegressionTrainer(SPARK_RAPIDS_ML, estimator, feature_cols, lambda df: df,
+                                     lambda: check_gpu_available(spark), dict(params))
+
+
+def check_gpu_available(spark: SparkSession) -> None:
+    """Stop with one clear message unless a Spark task can import cupy and cuML and see a CUDA device.
+
+    Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver
+    need not have a GPU. Skipped when CPU fallback is on (then nothing needs the GPU)."""
+    if cpu_fallback_enabled(spark):
+        return
+
+    def probe(_):  # nested so that it is pickled by value: executors need not import jobs.ml for it
+        try:
+            import cupy  # noqa: F401
+            import cuml  # noqa: F401
+        except Exception as e:  # ImportError, or a CUDA library that fails to load
+            yield f"cannot import cupy/cuML ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            return
+        try:
+            n = cupy.cuda.runtime.getDeviceCount()
+        except Exception as e:
+            yield f"no usable CUDA device ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            return
+        yield "" if n > 0 else "no CUDA device visible"
+
+    try:
+        problem = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]
+    except Exception as e:  # the task itself could not run (e.g. it asks for a GPU resource no executor has)
+        problem = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if problem:
+        raise UserError(
+            f"{IMPLEMENTATION_KEY}={SPARK_RAPIDS_ML} needs a GPU with cupy and cuML on the executors, but {problem}: "
+            f"run under a GPU host (see shared/gpu/README.md) or use the cpu profile "
+            f"({IMPLEMENTATION_KEY}={PYSPARK_ML})"
+        )
+
+
+@dataclass
+class FittedLogisticRegression:
+    """A binary logistic regression as coefficients by feature name plus intercept, whichever back end fit it.
+
+    ``probability`` is a built-in Spark expression (the GPU can run it; MLlib's ``transform`` is a JVM UDF
+    over vectors that cannot), so evaluation and scoring need no vector column and no back end."""
+
+    feature_cols: tuple[str, ...]
+    coefficients: tuple[float, ...]
+    intercept: float
+    implementation: str
+    spark_model: Any  # pyspark.ml.classification.LogisticRegressionModel (plain, CPU-loadable)
+
+    @classmethod
+    def from_model(cls, model: Any, feature_cols: Sequence[str], impl: str) -> "FittedLogisticRegression":
+        plain = model.cpu() if hasattr(model, "cpu") else model
+        plain.setFeaturesCol(VECTOR_COL)
+        return cls(tuple(feature_cols), tuple(float(c) for c in plain.coefficients), float(plain.intercept),
+                   impl, plain)
+
+    def margin(self) -> Column:
+        terms = [F.col(c) * F.lit(w) for c, w in zip(self.feature_cols, self.coefficients)]
+        return sum(terms, F.lit(self.intercept))
+
+    def probability(self) -> Column:
+        """P(label = 1) as a double column, the same number MLlib's ``probability[1]`` holds."""
+        return F.lit(1.0) / (F.lit(1.0) + F.exp(-self.margin()))
+
+    def coefficients_by_name(self) -> dict[str, float]:
+        return dict(zip(self.feature_cols, self.coefficients))
+
+    def save(self, path: str) -> str:
+        """A plain pyspark.ml PipelineModel (VectorAssembler over the named columns + the model) at ``path``."""
+        from pyspark.ml import PipelineModel
+        from pyspark.ml.feature import VectorAssembler
+
+        assembler = VectorAssembler(inputCols=list(self.feature_cols), outputCol=VECTOR_COL, handleInvalid="error")
+        PipelineModel(stages=[assembler, self.spark_model]).write().overwrite().save(path)
+        return path
+
+
+def load_model(spark: SparkSession, path: str) -> FittedLogisticRegression:
+    """A model saved by ``FittedLogisticRegression.save``; plain pyspark.ml, so it loads on any CPU Spark."""
+    from pyspark.ml import PipelineModel
+
+    if not _model_exists(spark, path):
+        raise UserError(f"no saved model at {path}: run the train stage first, or pass the path it printed "
+                        f"(<models-dir>/<run_id>/model)")
+    pipeline = PipelineModel.load(path)
+    assembler, model = pipeline.stages
+    return FittedLogisticRegression(tuple(assembler.getInputCols()), tuple(float(c) for c in model.coefficients),
+                                    float(model.intercept), PYSPARK_ML, model)
+
+
+def _model_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` (local or any Hadoop file system) holds a saved pyspark.ml model."""
+    jvm = spark.sparkContext._jvm
+    metadata = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/metadata")
+    return bool(metadata.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(metadata))
