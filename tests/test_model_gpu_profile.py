@@ -1,0 +1,95 @@
+"""The gpu profile's ML setting on a machine without a GPU: the train job builds spark-rapids-ml's estimator with
+MLlib's parameters mapped, refuses what the GPU cannot do unless CPU fallback is on, and stops before fitting
+with one clear message when no GPU/cuML is there."""
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from jobs import cli, contract, delta_io, ml, profiles, train
+from jobs.errors import UserError
+
+GPU_ML = {k: v for k, v in profiles.load_profile("gpu").items() if k in (ml.IMPLEMENTATION_KEY, ml.FALLBACK_KEY)}
+
+
+def test_gpu_profile_names_spark_rapids_ml_without_fallback():
+    assert GPU_ML == {ml.IMPLEMENTATION_KEY: "spark_rapids_ml", ml.FALLBACK_KEY: "false"}
+
+
+@pytest.fixture
+def gpu_ml(spark):
+    """The fixture session with the gpu profile's ML settings, restored afterwards."""
+    saved = {k: spark.conf.get(k, None) for k in GPU_ML}
+    for k, v in GPU_ML.items():
+        spark.conf.set(k, v)
+    yield spark
+    for k, v in saved.items():
+        spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def test_train_builds_spark_rapids_ml_estimators_with_mapped_params(gpu_ml):
+    from spark_rapids_ml.classification import LogisticRegression
+
+    trainers = train.estimators(gpu_ml, reg_params=(0.0, 0.01), elastic_net=(0.0, 0.5), max_iter=50)
+    assert set(trainers) == {(0.0, 0.0), (0.0, 0.5), (0.01, 0.0), (0.01, 0.5)}
+    trainer = trainers[(0.01, 0.5)]
+    est = trainer.estimator
+    assert trainer.implementation == ml.SPARK_RAPIDS_ML and type(est) is LogisticRegression
+    # Spark ML params as given ...
+    assert est.getFeaturesCols() == list(contract.FEATURES)
+    assert (est.getRegParam(), est.getElasticNetParam(), est.getMaxIter(), est.getTol()) == (0.01, 0.5, 50, 1e-6)
+    assert (est.getStandardization(), est.getFitIntercept(), est.getLabelCol()) == (True, True, "label")
+    # ... and mapped onto cuML's: C = 1/regParam, l1_ratio, max_iter, tol, penalty.
+    cuml = est.cuml_params
+    assert cuml["C"] == pytest.approx(100.0) and cuml["l1_ratio"] == 0.5 and cuml["penalty"] == "elasticnet"
+    assert (cuml["max_iter"], cuml["tol"], cuml["fit_intercept"], cuml["standardization"]) == (50, 1e-6, True, True)
+    assert trainers[(0.0, 0.0)].estimator.cuml_params["penalty"] is None  # regParam 0: no penalty, as in MLlib
+    # No VectorAssembler: spark-rapids-ml reads the double columns directly.
+    df = gpu_ml.createDataFrame([(1.0,) * (len(contract.FEATURES) + 1)], [contract.LABEL, *contract.FEATURES])
+    assert trainer.prepare(df).columns == df.columns
+
+
+@pytest.mark.parametrize("param, value", [("weightCol", "w"), ("threshold", 0.3),
+                                          ("lowerBoundsOnIntercepts", None)])
+def test_gpu_unsupported_param_is_a_clear_user_error(gpu_ml, param, value):
+    if value is None:
+        from pyspark.ml.linalg import Vectors
+
+        value = Vectors.dense([0.0])
+    with pytest.raises(UserError) as e:
+        ml.logistic_regression(gpu_ml, contract.FEATURES, **{param: value})
+    assert param in str(e.value) and f"{ml.FALLBACK_KEY}=true" in str(e.value)
+
+
+def test_unsupported_param_is_accepted_with_cpu_fallback(gpu_ml):
+    gpu_ml.conf.set(ml.FALLBACK_KEY, "true")
+    trainer = ml.logistic_regression(gpu_ml, contract.FEATURES, weightCol="w")
+    assert trainer.estimator.getOrDefault("weightCol") == "w"
+
+
+@pytest.fixture
+def tiny_lake(spark, tmp_path):
+    lake = str(tmp_path / "lake")
+    gold = spark.range(200).select(
+        F.format_string("C%010d", "id").alias(contract.ID), (F.col("id") % 2).cast("double").alias(contract.LABEL),
+        *[F.rand(i).alias(name) for i, name in enumerate(contract.FEATURES)])
+    delta_io.overwrite(gold, delta_io.table_path(lake, "gold_features"))
+    return lake
+
+
+def test_fitting_without_a_gpu_stops_with_one_clear_message(gpu_ml, tiny_lake, tmp_path):
+    models = tmp_path / "models"
+    with pytest.raises(UserError) as e:
+        train.run(gpu_ml, tiny_lake, str(models), run_id="gpu1", reg_params=(0.0,))
+    message = str(e.value)
+    assert "needs a GPU with cupy and cuML" in message and "cpu profile" in message
+    assert "\n" not in message and "Traceback" not in message
+    assert not models.exists()  # nothing written
+    assert not delta_io.exists(gpu_ml, delta_io.table_path(tiny_lake, "runs"))
+
+
+def test_cli_reports_the_missing_gpu_as_one_line_and_exit_2(gpu_ml, tiny_lake, tmp_path, capsys):
+    code = cli.main(["train", "--lake", tiny_lake, "--models-dir", str(tmp_path / "models"), "--reg-params", "0"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("error: spark.churn.ml.implementation=spark_rapids_ml needs a GPU") and "\n" not in err
