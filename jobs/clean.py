@@ -10,8 +10,9 @@ Each bronze row gets a fate, decided in this order (docs/etl.md):
    order (source_file, record_number) kept, and counted;
 3. customers: of several valid rows with one customer_id, the latest updated_at wins (ties: later in the
    input); the others go to quarantine as ``superseded``;
-4. events: a customer_id in no bronze customer row -> ``unknown_customer``; in bronze but not in silver
-   (every row of that customer was quarantined) -> ``contract.CASCADE_REASON``.
+4. events: a customer_id in no customer row of the input -> ``unknown_customer``; in some customer row but
+   not in silver (every row of that customer was quarantined) -> ``contract.CASCADE_REASON``. "Customer rows"
+   are bronze plus the records ingest quarantined (wrong field count): their id is the raw text's first field.
 Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so nothing is lost.
 """
 from __future__ import annotations
@@ -51,8 +52,9 @@ def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
     started = time.time()
     check_as_of(as_of)
     record = delta_io.StageRecord(STAGE, extra={"as_of": as_of})
-    bronze_c, record.read["bronze_customers"] = delta_io.read(spark, delta_io.table_path(lake, "bronze_customers"))
-    bronze_e, record.read["bronze_events"] = delta_io.read(spark, delta_io.table_path(lake, "bronze_events"))
+    bronze_c, record.read["bronze_customers"] = read_table(spark, lake, "bronze_customers")
+    bronze_e, record.read["bronze_events"] = read_table(spark, lake, "bronze_events")
+    ingest_q, record.read["quarantine"] = read_table(spark, lake, "quarantine")
 
     # Each classified frame feeds two writes (silver, quarantine): persisted so the checks run once.
     customers = (bronze_c.transform(with_checks("customers", as_of))
@@ -67,7 +69,7 @@ def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
 
     events = (bronze_e.transform(with_checks("events", as_of))
               .transform(with_duplicates_marked(EVENT_COLUMNS))
-              .transform(with_customer_reasons(bronze_c, silver_c))
+              .transform(with_customer_reasons(customer_row_ids(bronze_c, ingest_q), silver_c))
               .persist(StorageLevel.MEMORY_AND_DISK))
     # Hash by customer: the features stage aggregates per customer; adaptive execution sizes the files.
     record.wrote["silver_events"] = delta_io.overwrite(
@@ -95,6 +97,13 @@ def main(argv: list[str]) -> int:
     record = run(get_spark("clean"), args.lake, args.as_of)
     print(f"clean: wrote {record.wrote}; totals {record.counts['totals']}; record {record.save(args.lake)}")
     return 0
+
+
+def read_table(spark: SparkSession, lake: str, name: str) -> tuple[DataFrame, int]:
+    try:
+        return delta_io.read(spark, delta_io.table_path(lake, name))
+    except FileNotFoundError as e:
+        raise UserError(f"{e} (lake {lake})") from None
 
 
 def check_as_of(as_of: str) -> None:
@@ -216,11 +225,20 @@ def with_superseded_marked(df: DataFrame) -> DataFrame:
             .drop("_kept", "_rank", "_winner"))
 
 
-def with_customer_reasons(bronze_customers: DataFrame, silver_customers: DataFrame):
-    """Kept events whose customer is in no bronze customer row -> 'unknown_customer'; in bronze but not in
-    silver (every row of the customer quarantined) -> CASCADE_REASON."""
+def customer_row_ids(bronze_customers: DataFrame, quarantine: DataFrame) -> DataFrame:
+    """customer_id of every customer record in the input: bronze rows, and the records ingest quarantined for
+    a wrong field count (the first CSV field of their raw text; ids hold no comma or quote)."""
+    malformed = quarantine.where((F.col("stage") == "ingest") & (F.col("dataset") == "customers"))
+    first_field = F.regexp_extract(F.col("raw"), r'^"?([^",\r\n]*)', 1)
+    return (bronze_customers.select("customer_id")
+            .unionByName(malformed.select(first_field.alias("customer_id"))))
+
+
+def with_customer_reasons(customer_ids: DataFrame, silver_customers: DataFrame):
+    """Kept events whose customer is in no customer row -> 'unknown_customer'; in some but not in silver
+    (every row of the customer quarantined) -> CASCADE_REASON. ``customer_ids``: see customer_row_ids."""
     def transform(df: DataFrame) -> DataFrame:
-        known = (bronze_customers.select(F.trim("customer_id").alias("_cid")).distinct()
+        known = (customer_ids.select(F.trim("customer_id").alias("_cid")).distinct()
                  .join(silver_customers.select(F.col("customer_id").alias("_cid"),
                                                F.lit(True).alias("_in_silver")), "_cid", "left"))
         joined = df.join(known, F.trim(df["customer_id"]) == known["_cid"], "left")
