@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import delta_io
-from jobs.clean import check_as_of
+from jobs.clean import check_as_of, read_table
 from jobs.contract import FEATURES, ID, LABEL, LABEL_WINDOW_DAYS, ONE_HOT, YES_NO_FEATURES, one_hot_name
 from jobs.session import get_spark
 
@@ -33,8 +33,8 @@ def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
     started = time.time()
     check_as_of(as_of)
     record = delta_io.StageRecord(STAGE, extra={"as_of": as_of, "cutoff": str(cutoff_of(as_of))})
-    customers, record.read["silver_customers"] = delta_io.read(spark, delta_io.table_path(lake, "silver_customers"))
-    events, record.read["silver_events"] = delta_io.read(spark, delta_io.table_path(lake, "silver_events"))
+    customers, record.read["silver_customers"] = read_table(spark, lake, "silver_customers")
+    events, record.read["silver_events"] = read_table(spark, lake, "silver_events")
 
     gold = build_features(customers, events, as_of)
     path = delta_io.table_path(lake, "gold_features")
