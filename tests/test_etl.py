@@ -18,6 +18,8 @@ from jobs.errors import UserError
 AS_OF = "2026-06-30"
 CUSTOMERS_HEADER = ",".join(CUSTOMER_COLUMNS)
 EVENTS_HEADER = ",".join(EVENT_COLUMNS)
+QUARANTINE_SCHEMA = ("dataset string, stage string, source_file string, record_number long, raw string, "
+                     "reason string, detail string")
 LINEAGE_FIELDS = [StructField("source_file", StringType()), StructField("record_number", LongType())]
 
 
@@ -242,8 +244,20 @@ def test_conflicting_customers_latest_updated_at_wins_ties_go_to_the_later_recor
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_customer_row_ids_include_records_ingest_quarantined(spark):
+    bronze_c = bronze(spark, "customers", [customer(0, customer_id="C1")])
+    q = spark.createDataFrame([
+        ("customers", "ingest", "customers-00000.csv", 1, "C2,2026-01-01 00:00:00,x", "wrong_field_count", ""),
+        ("customers", "clean", "customers-00000.csv", 2, '{"customer_id":"C3"}', "bad_date", "signup_date"),
+        ("events", "ingest", "events-00000.csv", 3, "E1,C4,x", "wrong_field_count", ""),
+    ], QUARANTINE_SCHEMA)
+    got = clean.customer_row_ids(bronze_c, q)
+    assert_df_equality(got, spark.createDataFrame([("C1",), ("C2",)], "customer_id string"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
 def test_events_of_unknown_and_rejected_customers(spark):
-    bronze_c = bronze(spark, "customers", [customer(0, customer_id="C1"), customer(1, customer_id="C2")])
+    bronze_c = spark.createDataFrame([("C1",), (" C2",)], "customer_id string")
     silver_c = spark.createDataFrame([("C1",)], "customer_id string")
     events = bronze(spark, "events", [
         event(0, customer_id="C1"), event(1, customer_id="C2"), event(2, customer_id="C9"),
@@ -384,6 +398,7 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
                                   event(2, customer_id="C3")])
     delta_io.overwrite(bc, delta_io.table_path(lake, "bronze_customers"))
     delta_io.overwrite(be, delta_io.table_path(lake, "bronze_events"))
+    delta_io.overwrite(spark.createDataFrame([], QUARANTINE_SCHEMA), delta_io.table_path(lake, "quarantine"))
 
     first = clean.run(spark, lake, AS_OF)
     snapshot = {t: spark.read.format("delta").load(delta_io.table_path(lake, t)).collect()
@@ -399,4 +414,4 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
         "events": {"bronze": 3, "silver": 1, "quarantined": {"customer_rejected": 1, "unknown_customer": 1},
                    "duplicates_removed": 0},
     }
-    assert second.read == {"bronze_customers": 0, "bronze_events": 0}
+    assert second.read == {"bronze_customers": 0, "bronze_events": 0, "quarantine": 1}
