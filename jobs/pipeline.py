@@ -137,6 +137,15 @@ def _rows(counts: dict, *keys: str) -> str:
     return ", ".join(f"{k} {counts[k]:,}" for k in keys if isinstance(counts.get(k), int))
 
 
+def _per_dataset(record, *fields: str) -> str:
+    """e.g. 'customers: bronze 99,010 quarantined 990; events: ...' from a stage record's totals."""
+    parts = []
+    for ds, t in record.counts.get("totals", {}).items():
+        vals = [f"{f} {sum(t[f].values()) if isinstance(t.get(f), dict) else t.get(f, 0):,}" for f in fields]
+        parts.append(f"{ds}: " + " ".join(vals))
+    return "; ".join(parts)
+
+
 def run(spark, args: PipelineArgs) -> dict:
     from jobs import clean, features, generate, ingest, report, score, train
 
@@ -153,24 +162,25 @@ def run(spark, args: PipelineArgs) -> dict:
             lambda m: _rows({k: v["records"] for k, v in m["datasets"].items()}, "customers", "events"))
     with plans.stage("ingest"):
         records["ingest"] = progress.stage("ingest", lambda: ingest.run(spark, args.data, args.lake),
-                                           lambda r: _rows(r.counts, "customers", "events", "quarantined"))
+                                           lambda r: _per_dataset(r, "records", "bronze", "quarantined"))
     with plans.stage("clean"):
         records["clean"] = progress.stage("clean", lambda: clean.run(spark, args.lake, args.as_of),
-                                          lambda r: _rows(r.counts, "customers", "events", "quarantined"))
+                                          lambda r: _per_dataset(r, "silver", "quarantined", "duplicates_removed"))
     with plans.stage("features"):
         records["features"] = progress.stage("features", lambda: features.run(spark, args.lake, args.as_of),
-                                             lambda r: _rows(r.counts, "customers", "rows"))
+                                             lambda r: _rows(r.counts, "customers", "churned"))
     manifest_path = os.path.join(args.data, "manifest.json")
     with plans.stage("train"):
         records["train"] = progress.stage("train", lambda: train.run(
             spark, args.lake, args.models, reg_params=args.reg_params,
             manifest=manifest_path if os.path.exists(manifest_path) else None),
-            lambda r: ", ".join(f"{k} {v:.4f}" for k, v in r.counts.items() if isinstance(v, float)))
+            lambda r: _rows(r.counts, "train", "validation", "test") + ", " +
+            ", ".join(f"{k} {v:.4f}" for k, v in r.counts.items() if isinstance(v, float)))
     run_id = records["train"].extra["run_id"]
     with plans.stage("score"):
         records["score"] = progress.stage("score", lambda: score.run(
             spark, args.lake, records["train"].extra["model_path"], run_id),
-            lambda r: _rows(r.counts, "rows", "predictions"))
+            lambda r: _rows(r.counts, "predictions"))
     for name, seconds in progress.timings.items():
         if name in records:
             records[name].seconds = seconds

@@ -73,9 +73,14 @@ def gather(spark: SparkSession, lake: str, data: str | None, timings: dict) -> d
     }
 
 
+def duplicates_removed(clean: dict | None) -> dict[str, int]:
+    totals = (clean or {}).get("counts", {}).get("totals", {})
+    return {ds: int(t.get("duplicates_removed", 0)) for ds, t in totals.items()}
+
+
 def quality_table(manifest: dict, quarantine: dict, clean: dict | None) -> list[dict]:
     """Per dataset and defect kind: injected (manifest), caught (quarantine / dedup counts), where it went."""
-    dup_removed = (clean or {}).get("counts", {}).get("duplicates_removed", {})
+    dup_removed = duplicates_removed(clean)
     rows = []
     for ds, info in manifest["datasets"].items():
         for kind, injected in info["defects"].items():
@@ -83,8 +88,7 @@ def quality_table(manifest: dict, quarantine: dict, clean: dict | None) -> list[
             if fate == contract.QUARANTINE:
                 caught, where = quarantine.get(ds, {}).get(reason, 0), f"quarantine ({reason})"
             elif fate == contract.DEDUPLICATED:
-                caught, where = _as_int(dup_removed.get(ds) if isinstance(dup_removed, dict) else None), \
-                    "removed as duplicate"
+                caught, where = dup_removed.get(ds), "removed as duplicate"
             else:
                 caught, where = None, "kept, normalised in silver"
             rows.append({"dataset": ds, "defect": kind, "injected": injected, "caught": caught, "went_to": where,
@@ -99,12 +103,12 @@ def quality_table(manifest: dict, quarantine: dict, clean: dict | None) -> list[
 
 
 def accounting(manifest: dict, tables: dict, quarantine: dict, clean: dict | None) -> dict:
-    dup_removed = (clean or {}).get("counts", {}).get("duplicates_removed", {})
+    dup_removed = duplicates_removed(clean)
     out = {}
     for ds, info in manifest["datasets"].items():
         kept = tables.get(f"silver_{ds}", {}).get("rows", 0)
         quarantined = sum(quarantine.get(ds, {}).values())
-        dups = _as_int(dup_removed.get(ds)) if isinstance(dup_removed, dict) else 0
+        dups = dup_removed.get(ds, 0)
         out[ds] = {"records_in": info["records"], "kept": kept, "quarantined": quarantined,
                    "duplicates_removed": dups, "balanced": info["records"] == kept + quarantined + (dups or 0)}
     return out
@@ -213,7 +217,7 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
     for stage, secs in f["timings"].items():
         rows = _stage_rows(f, stage)
         rate = f"{rows / secs:,.0f}" if rows and secs else ""
-        lines.append(f"| {stage} | {secs:.1f} | {rows:,} | {rate} |" if rows else f"| {stage} | {secs:.1f} | | |")
+        lines.append(f"| {stage} | {secs:.1f} | {rows:,} | {rate} |")
     if f["quality"]:
         lines += ["", "## Data quality", "",
                   "Each injected defect (generator manifest) against what the pipeline caught and where it went.", "",
@@ -308,12 +312,20 @@ def _inline(text: str) -> str:
 
 
 def _stage_rows(f: dict, stage: str) -> int:
-    if stage == "generate":
+    """Rows a stage took in: CSV records for generate/ingest, bronze rows for clean, customers after that."""
+    counts = (f["stages"].get(stage) or {}).get("counts", {})
+    totals = counts.get("totals", {})
+    if stage in ("generate", "ingest"):
         return sum(a["records_in"] for a in f["accounting"].values()) if f["accounting"] else 0
-    rec = f["stages"].get(stage) or {}
-    counts = rec.get("counts", {})
-    return int(counts.get("rows_in") or sum(v for k, v in counts.items()
-                                             if k in ("customers", "events") and isinstance(v, int)) or 0)
+    if stage == "clean":
+        return sum(t.get("bronze", 0) for t in totals.values())
+    if stage == "features":
+        return int(counts.get("customers", 0))
+    if stage == "train":
+        return sum(int(counts.get(k, 0)) for k in ("train", "validation", "test"))
+    if stage == "score":
+        return int(counts.get("predictions", 0))
+    return 0
 
 
 def _stage_or_none(lake: str, stage: str) -> dict | None:
@@ -325,10 +337,6 @@ def _stage_or_none(lake: str, stage: str) -> dict | None:
 
 def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path and path.is_file() else None
-
-
-def _as_int(v) -> int | None:
-    return int(v) if isinstance(v, (int, float)) else None
 
 
 def main(argv: list[str]) -> int:
