@@ -183,7 +183,7 @@ def make_plots(spark: SparkSession, lake: str, facts: dict, report_dir: Path) ->
         fig, ax = plt.subplots(figsize=(6, 0.28 * len(items) + 1))
         ax.barh([k for k, _ in items], [v for _, v in items],
                 color=["#C44E52" if v > 0 else "#4C72B0" for _, v in items])
-        ax.set(title="Coefficients (standardised inputs; red raises churn risk)")
+        ax.set(title="Coefficients per feature unit (red: raises risk)")
         ax.tick_params(axis="y", labelsize=7)
         plots["coefficients"] = _save(fig, report_dir / "coefficients.png")
     return plots
