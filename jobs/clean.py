@@ -312,4 +312,9 @@ def accounting(spark: SparkSession, lake: str, record: delta_io.StageRecord) -> 
                       "silver": sum(f["silver"] for f in per_file.values()),
                       "quarantined": dict(sorted(reasons.items())),
                       "duplicates_removed": sum(f["duplicates_removed"] for f in per_file.values())}
-    return {"files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
+    # Flat figures first (rows in silver per dataset, quarantined in all, duplicates per dataset) for
+    # progress lines and the report.
+    return {**{ds: totals[ds]["silver"] for ds in DATASETS},
+            "quarantined": sum(sum(t["quarantined"].values()) for t in totals.values()),
+            "duplicates_removed": {ds: totals[ds]["duplicates_removed"] for ds in DATASETS},
+            "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}

@@ -42,7 +42,7 @@ def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
 
     written, _ = delta_io.read(spark, path, record.wrote["gold_features"])
     row = written.agg(F.count(F.lit(1)).alias("customers"), F.sum(LABEL).alias("churned")).first()
-    record.counts = {"customers": row["customers"], "churned": int(row["churned"] or 0)}
+    record.counts = {"customers": row["customers"], "rows": row["customers"], "churned": int(row["churned"] or 0)}
     record.seconds = round(time.time() - started, 3)
     return record
 

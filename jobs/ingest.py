@@ -210,4 +210,7 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
             "records": r["rows"], "bronze": r["rows"] - r["quarantined"], "quarantined": r["quarantined"]}
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}
               for ds in DATASETS}
-    return {"files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
+    # Flat figures first (rows in bronze per dataset, quarantined in all) for progress lines and the report.
+    return {**{ds: totals[ds]["bronze"] for ds in DATASETS},
+            "quarantined": sum(t["quarantined"] for t in totals.values()),
+            "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
