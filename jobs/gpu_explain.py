@@ -94,11 +94,11 @@ class PlanCollector:
 
 
 def rapids_available(spark) -> bool:
-    try:
-        spark._jvm.java.lang.Class.forName("com.nvidia.spark.rapids.ExplainPlan")
-        return True
-    except Exception:  # py4j wraps ClassNotFoundException
-        return False
+    """Whether the RAPIDS jar is on the session's class path (py4j resolves through Spark's class loader,
+    which holds --jars; a plain Class.forName would only see the system class path)."""
+    from py4j.java_gateway import JavaClass
+
+    return isinstance(spark._jvm.com.nvidia.spark.rapids.ExplainPlan, JavaClass)
 
 
 def observe(df: DataFrame, target: str) -> None:
