@@ -289,7 +289,10 @@ def latent_customers(spark: SparkSession, p: Params, b0: float | None) -> DataFr
     first_signup = _epoch_day(_years_before(p.as_of, 6))
     span = cutoff - 30 - first_signup
 
-    df = spark.range(0, p.customers, numPartitions=p.partitions or spark.sparkContext.defaultParallelism)
+    # Not defaultParallelism alone: on a fresh cluster it is 2 until executors register (seen on a
+    # 16-core host: calibration ran as 2 tasks for 106 s). The output does not depend on this number.
+    parallelism = max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    df = spark.range(0, p.customers, numPartitions=p.partitions or parallelism)
     df = df.select(F.col("id").alias("n")).withColumns({
         "customer_id": F.concat(F.lit("C"), F.lpad(n.cast("string"), 10, "0")),
         "gender": _pick(("Female", "Male"), U("gender")),
