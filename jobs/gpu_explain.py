@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from pyspark.sql import DataFrame
 
-_LINE = re.compile(r"^\s*!(?P<kind>\w+)\s+<(?P<name>[^>]+)>\s*(?P<rest>.*)$")
+_LINE = re.compile(r"^\s*!(?P<kind>\w*)\s*<(?P<name>[^>]+)>\s*(?P<rest>.*)$")
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,13 @@ def fallbacks(report: str) -> list[Fallback]:
         if m:
             rest = m.group("rest")
             reason = rest.split("because", 1)[1].strip() if "because" in rest else rest.strip()
-            found.append(Fallback(m.group("kind"), m.group("name"), reason))
+            found.append(Fallback(m.group("kind") or "Operator", m.group("name"), reason))
     return found
 
 
 def operators(report: str) -> list[str]:
     """Every operator the planner judged (on the GPU or not), e.g. ['ProjectExec', 'Alias', ...]."""
-    return re.findall(r"^\s*[*!@#]\w+\s+<([^>]+)>", report, flags=re.M)
+    return re.findall(r"^\s*[*!@#]\w*\s*<([^>]+)>", report, flags=re.M)
 
 
 class PlanCollector:
