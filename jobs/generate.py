@@ -19,6 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
@@ -124,7 +125,8 @@ def run(spark: SparkSession, out: str, customers: int, seed: int = 7, as_of: str
         fs.delete(old)
 
     b0, base_events = calibrate(spark, p)
-    latent = latent_customers(spark, p, b0)
+    # Customers with their drawn behaviour feed three writes (customers, events, truth): draw them once.
+    latent = latent_customers(spark, p, b0).persist(StorageLevel.MEMORY_AND_DISK)
     expected_churners = base_events["expected_churners"]
     n_cust_files = _files_for(p.customers * (1 + p.rates["exact_duplicate"] + p.rates["conflicting_duplicate"]),
                               p.rows_per_file)
@@ -156,6 +158,7 @@ def run(spark: SparkSession, out: str, customers: int, seed: int = 7, as_of: str
         "churn": churn,
     }
     fs.write_text("manifest.json", json.dumps(manifest, indent=2) + "\n")
+    latent.unpersist()
     return manifest
 
 
