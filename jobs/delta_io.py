@@ -26,9 +26,11 @@ def table_path(lake: str, name: str) -> str:
 
 
 def version(spark: SparkSession, path: str) -> int:
-    """Latest committed version of the Delta table at ``path``."""
-    row = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").select("version").first()
-    return int(row["version"])
+    """Latest committed version of the Delta table at ``path`` (relative paths too, which SQL's
+    ``DESCRIBE HISTORY delta.`path``` rejects)."""
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()["version"])
 
 
 def exists(spark: SparkSession, path: str) -> bool:

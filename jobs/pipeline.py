@@ -98,6 +98,9 @@ def validate(args: PipelineArgs) -> PipelineArgs:
         date.fromisoformat(args.as_of)
     except ValueError:
         raise UserError(f"--as-of {args.as_of!r} is not a date: use YYYY-MM-DD") from None
+    args.out = os.path.abspath(args.out)  # tables, reports and event logs name one place, whatever the cwd
+    if args.input is not None:
+        args.input = os.path.abspath(args.input)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
