@@ -197,10 +197,11 @@ def test_profiles_merge_base_and_share_rapids_settings():
     assert all(explain[k] == v == gpu[k] for k, v in shared.items())
 
 
-def test_delta_versions_read_through_a_relative_path(spark, tmp_path, monkeypatch):
-    """The README's main command writes under runs/latest: a relative lake path must work end to end."""
-    monkeypatch.chdir(tmp_path)
-    delta_io.overwrite(spark.range(3), "lake/t")
-    assert delta_io.overwrite(spark.range(5), "lake/t") == 1
-    df, v = delta_io.read(spark, "lake/t")
+def test_delta_versions_read_through_a_relative_path(spark, tmp_path):
+    """The README's main command writes under runs/latest: a relative lake path must work end to end.
+    (Relative to the process's start directory, which the JVM shares; a later chdir would not reach it.)"""
+    rel = os.path.relpath(tmp_path / "t")
+    delta_io.overwrite(spark.range(3), rel)
+    assert delta_io.overwrite(spark.range(5), rel) == 1
+    df, v = delta_io.read(spark, rel)
     assert (v, df.count()) == (1, 5)
