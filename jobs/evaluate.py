@@ -105,7 +105,7 @@ def calibration_by_decile(df: DataFrame, label: str = LABEL, probability: str = 
     rows = (df.groupBy(decile(F.col(probability), boundaries).alias("decile"))
               .agg(F.count(F.lit(1)).alias("n"), F.avg(probability).alias("mean_predicted"),
                    F.avg(F.col(label)).alias("observed_rate"))
-              .orderBy("decile").collect())
+              .orderBy("decile").collect())  # ten rows, one per decile
     return [{"decile": r["decile"], "n": r["n"], "mean_predicted": float(r["mean_predicted"]),
              "observed_rate": float(r["observed_rate"])} for r in rows]
 

@@ -452,7 +452,7 @@ def calibrate(spark: SparkSession, p: Params) -> tuple[float, dict]:
     lat = latent_customers(spark, p, None)
     n_events = sum(F.size(F.col(c)) for c in ("charges", "payments", "late", "support", "usage", "plans"))
     rows = (lat.groupBy(F.round("logit_x", 3).alias("x"))
-            .agg(F.count(F.lit(1)).alias("w"), F.sum(n_events).alias("e")).collect())
+            .agg(F.count(F.lit(1)).alias("w"), F.sum(n_events).alias("e")).collect())  # aggregated: one row per rounded logit
     x = np.array([r["x"] for r in rows], dtype=float)
     w = np.array([r["w"] for r in rows], dtype=float)
     mean = lambda b: float(np.sum(w / (1.0 + np.exp(-(b + x)))) / np.sum(w))  # noqa: E731

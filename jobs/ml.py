@@ -126,7 +126,7 @@ def check_gpu_available(spark: SparkSession) -> None:
         yield "" if n > 0 else "no CUDA device visible"
 
     try:
-        problem = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]
+        problem = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]  # one probe task, one string back
     except Exception as e:  # the task itself could not run (e.g. it asks for a GPU resource no executor has)
         problem = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if problem:

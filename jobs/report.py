@@ -121,7 +121,7 @@ def score_histogram(scored: DataFrame) -> list[tuple[int, int, int]]:
     """(bin, positives, negatives) over BINS probability bins: the curves need this aggregate, not the rows."""
     b = F.least(F.floor(F.col("churn_probability") * BINS), F.lit(BINS - 1)).cast("int")
     agg = scored.groupBy(b.alias("bin")).agg(F.sum("label").alias("pos"), F.sum(1 - F.col("label")).alias("neg"))
-    return sorted((r["bin"], int(r["pos"]), int(r["neg"])) for r in agg.collect())
+    return sorted((r["bin"], int(r["pos"]), int(r["neg"])) for r in agg.collect())  # BINS rows at most
 
 
 def curves(hist: list[tuple[int, int, int]]) -> dict:
