@@ -159,7 +159,7 @@ class FittedLogisticRegression:
 
     def margin(self) -> Column:
         terms = [F.col(c) * F.lit(w) for c, w in zip(self.feature_cols, self.coefficients)]
-        return sum(terms, F.lit(self.intercept))
+        return balanced_sum([F.lit(self.intercept), *terms])
 
     def probability(self) -> Column:
         """P(label = 1) as a double column, the same number MLlib's ``probability[1]`` holds."""
@@ -178,11 +178,27 @@ class FittedLogisticRegression:
         return path
 
 
+def balanced_sum(terms: Sequence[Column]) -> Column:
+    """The sum of ``terms`` as a balanced tree of additions (depth ~log2(n)), not a left-deep chain.
+
+    The RAPIDS Accelerator 25.04 takes time exponential in the depth of nested arithmetic to plan an
+    expression (NVIDIA/spark-rapids#13224, fixed in 25.08): a chain of 44 additions never finishes planning,
+    so the driver sits at 100% CPU with no Spark job. Pairs are added level by level, left to right: the
+    order of the additions is fixed by the order of the terms, so every run gives the same bits."""
+    level = list(terms)
+    if not level:
+        return F.lit(0.0)
+    while len(level) > 1:
+        paired = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)]
+        level = paired + ([level[-1]] if len(level) % 2 else [])
+    return level[0]
+
+
 def load_model(spark: SparkSession, path: str) -> FittedLogisticRegression:
     """A model saved by ``FittedLogisticRegression.save``; plain pyspark.ml, so it loads on any CPU Spark."""
     from pyspark.ml import PipelineModel
 
-    if not _model_exists(spark, path):
+    if not model_exists(spark, path):
         raise UserError(f"no saved model at {path}: run the train stage first, or pass the path it printed "
                         f"(<models-dir>/<run_id>/model)")
     pipeline = PipelineModel.load(path)
@@ -191,7 +207,7 @@ def load_model(spark: SparkSession, path: str) -> FittedLogisticRegression:
                                     float(model.intercept), PYSPARK_ML, model)
 
 
-def _model_exists(spark: SparkSession, path: str) -> bool:
+def model_exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` (local or any Hadoop file system) holds a saved pyspark.ml model."""
     jvm = spark.sparkContext._jvm
     metadata = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/metadata")
