@@ -11,6 +11,7 @@ STAGES = {
     "features": "jobs.features",
     "train": "jobs.train",
     "score": "jobs.score",
+    "check-model": "jobs.model_check",
     "report": "jobs.report",
     "pipeline": "jobs.pipeline",
     "smoke": "jobs.smoke",

@@ -6,7 +6,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -131,31 +130,33 @@ def test_train_learns_the_signal_and_records_the_run(trained):
 
 
 def test_saved_model_scores_the_same_in_a_fresh_cpu_process(trained, tmp_path):
-    """The saved model is plain pyspark.ml: a new CPU-only Spark loads it and MLlib's own transform gives the
-    probabilities the score stage wrote."""
-    script = textwrap.dedent(f"""
-        import json, sys
-        sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]
-        from sessions import build_session
-        from pyspark.ml import PipelineModel
-        from pyspark.ml.functions import vector_to_array
-        from pyspark.sql import functions as F
-        spark = build_session("cpu", {str(tmp_path / 'wh')!r})
-        assert spark.conf.get("spark.churn.ml.implementation") == "pyspark.ml"
-        lake = {trained['lake']!r}
-        model = PipelineModel.load({trained['record'].extra['model_path']!r})
-        gold = spark.read.format("delta").load(lake + "/gold/customer_features")
-        mine = model.transform(gold).select("customer_id", vector_to_array("probability")[1].alias("p"))
-        theirs = spark.read.format("delta").load(lake + "/gold/predictions").where("run_id = 'r1'")
-        joined = mine.join(theirs, "customer_id")
-        row = joined.agg(F.count("*").alias("n"), F.max(F.abs(F.col("p") - F.col("churn_probability"))).alias("d")).first()
-        print(json.dumps({{"n": row["n"], "max_diff": row["d"]}}))
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["n"] == N_CUSTOMERS
-    assert result["max_diff"] < 1e-9
+    """The saved model is plain pyspark.ml: the check-model stage, in a new CPU-only spark-submit, loads it and
+    MLlib's own transform gives the probabilities the score stage wrote, for every customer."""
+    out = tmp_path / "check.json"
+    proc = subprocess.run([sys.executable, "-m", "jobs.launcher", "--profile", "cpu", "--master", "local[1]",
+                           "check-model", "--lake", trained["lake"], "--out", str(out)],
+                          capture_output=True, text=True, cwd=str(ROOT), timeout=300,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert (result["run_id"], result["trained_by"], result["same"]) == ("r1", "pyspark.ml", True)
+    assert result["rows_gold"] == result["rows_predicted"] == result["rows_matched"] == N_CUSTOMERS
+    assert result["max_abs_diff"] < 1e-9
+    assert result["checked_in"]["implementation"] == "pyspark.ml"
+    assert result["checked_in"]["spark_rapids_ml_imported"] is False
+
+
+def test_check_model_fails_when_the_predictions_are_not_the_models(spark, trained, tmp_path):
+    from jobs import model_check
+
+    lake = str(tmp_path / "lake")
+    delta_io.overwrite(spark.read.format("delta").load(delta_io.table_path(trained["lake"], "gold_features")),
+                       delta_io.table_path(lake, "gold_features"))
+    other = spark.read.format("delta").load(delta_io.table_path(trained["lake"], "predictions")) \
+        .withColumn("churn_probability", F.col("churn_probability") * 0.999)
+    delta_io.overwrite(other, delta_io.table_path(lake, "predictions"))
+    result = model_check.run(spark, lake, trained["record"].extra["model_path"], "r1")
+    assert result["same"] is False and result["rows_matched"] == N_CUSTOMERS and result["max_abs_diff"] > 1e-6
 
 
 def test_predictions_have_ids_probabilities_and_deciles(spark, trained):
@@ -237,3 +238,28 @@ def test_default_back_end_is_mllib_over_an_assembled_vector(spark):
     assert trainer.estimator.getRegParam() == 0.1 and trainer.estimator.getFeaturesCol() == ml.VECTOR_COL
     prepared = trainer.prepare(spark.createDataFrame([(1.0, 2.0, 0.0)], "a double, b double, label double"))
     assert prepared.first()[ml.VECTOR_COL].toArray().tolist() == [1.0, 2.0]
+
+
+def _depth(expr) -> int:
+    """Depth of a Catalyst expression tree, walked through py4j."""
+    children = expr.children()
+    return 1 + max((_depth(children.apply(i)) for i in range(children.size())), default=0)
+
+
+def test_margin_is_a_shallow_tree_of_additions(spark):
+    # 43 features + intercept as a left-deep chain would be ~46 levels deep: RAPIDS 25.04 plans that in
+    # exponential time (NVIDIA/spark-rapids#13224). Balanced: ceil(log2(44)) = 6 additions, then multiply, col.
+    n = len(contract.FEATURES)
+    model = ml.FittedLogisticRegression(contract.FEATURES, tuple(0.5 for _ in range(n)), -1.0, ml.PYSPARK_ML, None)
+    assert _depth(model.margin()._jc.expr()) <= 6 + 2
+    # and the sum is the same number: features 1..n, weights 0.5, intercept -1
+    row = spark.range(1).select(*[F.lit(float(i + 1)).alias(c) for i, c in enumerate(contract.FEATURES)]) \
+        .select(model.margin().alias("m")).first()
+    assert row["m"] == pytest.approx(-1.0 + 0.5 * n * (n + 1) / 2)
+
+
+def test_balanced_sum_of_none_one_and_odd_counts(spark):
+    cols = [F.lit(float(x)) for x in (1, 2, 4, 8, 16)]
+    got = spark.range(1).select(ml.balanced_sum([]).alias("s0"), ml.balanced_sum(cols[:1]).alias("s1"),
+                                ml.balanced_sum(cols).alias("s5")).first()
+    assert (got["s0"], got["s1"], got["s5"]) == (0.0, 1.0, 31.0)
