@@ -230,6 +230,17 @@ def test_missing_gold_is_a_user_error(spark, tmp_path):
     assert not (tmp_path / "models").exists()
 
 
+def test_fit_grid_returns_the_models_in_the_grids_order(spark, trained):
+    gold, _ = delta_io.read(spark, delta_io.table_path(trained["lake"], "gold_features"))
+    rows = gold.select(contract.LABEL, *contract.FEATURES)
+    trainer = ml.logistic_regression(spark, contract.FEATURES, regParam=0.0, labelCol=contract.LABEL)
+    strong, none = trainer.fit_grid(rows, [{"regParam": 1.0}, {"regParam": 0.0}])
+    alone = ml.logistic_regression(spark, contract.FEATURES, regParam=1.0, labelCol=contract.LABEL).fit(rows)
+    assert strong.coefficients == pytest.approx(alone.coefficients, rel=1e-9, abs=1e-12)
+    # a strong L2 penalty shrinks the coefficients: the two models are not the same one twice
+    assert sum(abs(c) for c in strong.coefficients) < 0.5 * sum(abs(c) for c in none.coefficients)
+
+
 def test_default_back_end_is_mllib_over_an_assembled_vector(spark):
     trainer = ml.logistic_regression(spark, ["a", "b"], regParam=0.1, labelCol="label")
     from pyspark.ml.classification import LogisticRegression

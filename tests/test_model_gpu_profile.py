@@ -49,6 +49,15 @@ def test_train_builds_spark_rapids_ml_estimators_with_mapped_params(gpu_ml):
     assert trainer.prepare(df).columns == df.columns
 
 
+def test_grid_param_maps_reach_cumls_params(gpu_ml):
+    # train fits its grid with one fitMultiple; each ParamMap must map onto cuML's parameters like a constructor.
+    trainer = ml.logistic_regression(gpu_ml, contract.FEATURES, regParam=0.0, elasticNetParam=0.0)
+    maps = trainer.param_maps([{"regParam": 0.01, "elasticNetParam": 0.5}, {"regParam": 0.0, "elasticNetParam": 0.0}])
+    first, second = (trainer.estimator.copy(m) for m in maps)
+    assert first.cuml_params["C"] == pytest.approx(100.0) and first.cuml_params["penalty"] == "elasticnet"
+    assert first.cuml_params["l1_ratio"] == 0.5 and second.cuml_params["penalty"] is None
+
+
 @pytest.mark.parametrize("param, value", [("weightCol", "w"), ("threshold", 0.3),
                                           ("lowerBoundsOnIntercepts", None)])
 def test_gpu_unsupported_param_is_a_clear_user_error(gpu_ml, param, value):
