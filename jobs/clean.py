@@ -32,7 +32,6 @@ from jobs.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASON, CA
                            EVENT_CATEGORICALS, EVENT_COLUMNS, MONTHLY_CHARGES_RANGE, QUARANTINE_COLUMNS,
                            REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
 from jobs.errors import UserError
-from jobs.ingest import absolute
 from jobs.session import get_spark
 
 STAGE = "clean"
@@ -52,7 +51,6 @@ NUMBER_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
 def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
     started = time.time()
     check_as_of(as_of)
-    lake = absolute(lake)
     record = delta_io.StageRecord(STAGE, extra={"as_of": as_of})
     bronze_c, record.read["bronze_customers"] = read_table(spark, lake, "bronze_customers")
     bronze_e, record.read["bronze_events"] = read_table(spark, lake, "bronze_events")

@@ -18,7 +18,6 @@ from pyspark.sql import functions as F
 
 from jobs import delta_io
 from jobs.clean import check_as_of, read_table
-from jobs.ingest import absolute
 from jobs.contract import FEATURES, ID, LABEL, LABEL_WINDOW_DAYS, ONE_HOT, YES_NO_FEATURES, one_hot_name
 from jobs.session import get_spark
 
@@ -33,7 +32,6 @@ TS = "yyyy-MM-dd HH:mm:ss"
 def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
     started = time.time()
     check_as_of(as_of)
-    lake = absolute(lake)
     record = delta_io.StageRecord(STAGE, extra={"as_of": as_of, "cutoff": str(cutoff_of(as_of))})
     customers, record.read["silver_customers"] = read_table(spark, lake, "silver_customers")
     events, record.read["silver_events"] = read_table(spark, lake, "silver_events")

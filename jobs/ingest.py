@@ -18,7 +18,6 @@ The parsed rows are persisted once and fed to both writes, so the CSV is parsed 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 from pyspark import StorageLevel
@@ -39,7 +38,6 @@ LINEAGE = ("source_file", "record_number")
 
 def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
     started = time.time()
-    lake = absolute(lake)
     files = {ds: find_csv_files(spark, input, ds) for ds in DATASETS}
     for ds, paths in files.items():
         check_headers(spark, paths, DATASETS[ds])
@@ -77,12 +75,6 @@ def main(argv: list[str]) -> int:
     record = run(get_spark("ingest"), args.input, args.lake)
     print(f"ingest: wrote {record.wrote}; totals {record.counts['totals']}; record {record.save(args.lake)}")
     return 0
-
-
-def absolute(path: str) -> str:
-    """A local relative path made absolute: Delta's ``DESCRIBE HISTORY delta.`path` `` (delta_io.version)
-    rejects relative paths. URIs (``s3a://``, ``hdfs://``, ``file:``) are left as they are."""
-    return path if ":" in path.split("/", 1)[0] else os.path.abspath(path)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -415,3 +415,24 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
                    "duplicates_removed": 0},
     }
     assert second.read == {"bronze_customers": 0, "bronze_events": 0, "quarantine": 1}
+
+
+def test_stages_take_a_relative_lake_path(spark, tmp_path):
+    """ingest -> clean -> features with relative --input/--lake (the README's runs/latest): versions are read
+    through delta_io, which resolves relative paths itself. Relative to the process's start directory, which
+    the JVM shares (no chdir)."""
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    events = EVENTS_HEADER + "\nE1,C1,2026-03-01 12:00:00,charge,10.00,web,\nE2,C1,short\n"
+    inp = os.path.relpath(write_input(tmp_path / "in", customers, {"events-00000.csv": events}))
+    lake = os.path.relpath(tmp_path / "lake")
+    assert not os.path.isabs(lake)
+
+    ing = ingest.run(spark, inp, lake)
+    cl = clean.run(spark, lake, AS_OF)
+    ft = features.run(spark, lake, AS_OF)
+
+    assert ing.counts["totals"]["events"] == {"records": 2, "bronze": 1, "quarantined": 1}
+    assert cl.read == {"bronze_customers": ing.wrote["bronze_customers"],
+                       "bronze_events": ing.wrote["bronze_events"], "quarantine": ing.wrote["quarantine"]}
+    assert ft.counts["customers"] == 1
+    assert spark.read.format("delta").load(str(tmp_path / "lake" / "gold" / "customer_features")).count() == 1
