@@ -9,18 +9,21 @@ schemas (never inferred). A record whose field count differs from the header goe
 - PERMISSIVE mode pads short records and truncates long ones without a word, unless the schema holds a
   corrupt-record column: then Spark puts the record's raw text there for both. We add that column and split
   on it.
-- Each row carries its file name and its 0-based record number within the file (header excluded). CSV with
-  multiLine is unsplittable, so one file is read by one task in order and ``monotonically_increasing_id``
-  is contiguous within a file; minus the file's smallest id it is the record index.
+- Each row carries its file name and its 0-based record number within the file (header excluded). A CSV file
+  read with multiLine is never split, and ingest makes every file its own task (``one_task_per_file``), so a
+  task's rows are one file's records in order: the low 33 bits of ``monotonically_increasing_id`` (the row's
+  index within its task) are the record number. No join, no second pass for it.
 
-The parsed rows are persisted once and fed to both writes, so the CSV is parsed once.
+The CSV is parsed twice and never cached: once for bronze, once for the (few) malformed records, which is
+cheaper than persisting every parsed row. The per-file accounting over the written tables checks that both
+parses agree, and the input files' sizes and modification times are compared before and after.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -32,7 +35,8 @@ from jobs.session import get_spark
 
 STAGE = "ingest"
 CORRUPT = "_corrupt_record"
-ROW_ID = "_row_id"
+# monotonically_increasing_id() = task index << 33 | row index within the task.
+ROW_INDEX_BITS = (1 << 33) - 1
 LINEAGE = ("source_file", "record_number")
 
 
@@ -41,25 +45,22 @@ def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
     files = {ds: find_csv_files(spark, input, ds) for ds in DATASETS}
     for ds, paths in files.items():
         check_headers(spark, paths, DATASETS[ds])
+    before = file_states(spark, files)
 
     record = delta_io.StageRecord(STAGE)
-    quarantine_parts = []
-    parsed_all = []
-    for ds, columns in DATASETS.items():
-        parsed = extract(spark, files[ds], columns).persist(StorageLevel.MEMORY_AND_DISK)
-        parsed_all.append(parsed)
-        numbered = parsed.transform(with_record_number)
-        bronze_path = delta_io.table_path(lake, f"bronze_{ds}")
-        record.wrote[f"bronze_{ds}"] = delta_io.overwrite(numbered.transform(bronze_rows(columns)), bronze_path)
-        quarantine_parts.append(numbered.transform(wrong_field_count_rows(ds)))
-
-    q_path = delta_io.table_path(lake, "quarantine")
-    quarantine = quarantine_parts[0].unionByName(quarantine_parts[1])
-    # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input split.
-    quarantine = quarantine.repartition("dataset", "source_file")
-    record.wrote["quarantine"] = delta_io.replace_where(quarantine, q_path, f"stage = '{STAGE}'")
-    for parsed in parsed_all:
-        parsed.unpersist()
+    with one_task_per_file(spark):
+        for ds, columns in DATASETS.items():
+            bronze = extract(spark, files[ds], columns).transform(bronze_rows(columns))
+            record.wrote[f"bronze_{ds}"] = delta_io.overwrite(bronze, delta_io.table_path(lake, f"bronze_{ds}"))
+        parts = [extract(spark, files[ds], columns).transform(wrong_field_count_rows(ds))
+                 for ds, columns in DATASETS.items()]
+        # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.
+        quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
+        record.wrote["quarantine"] = delta_io.replace_where(
+            quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE}'")
+    if file_states(spark, files) != before:
+        raise RuntimeError(f"input files under {input} changed while ingest read them: bronze and quarantine may "
+                           f"come from different contents; run ingest again on input that nothing writes to")
 
     record.counts = accounting(spark, lake, record.wrote, files)
     record.extra["input"] = input
@@ -128,8 +129,39 @@ def check_headers(spark: SparkSession, paths: list[str], columns: tuple[str, ...
             )
 
 
+def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
+    """Size and modification time of each input file (one listing per dataset folder)."""
+    states = {}
+    for paths in files.values():
+        jvm, folder, fs = _hadoop_fs(spark, paths[0].rsplit("/", 1)[0])
+        wanted = set(paths)
+        for s in fs.listStatus(folder):
+            if s.getPath().toString() in wanted:
+                states[s.getPath().toString()] = (s.getLen(), s.getModificationTime())
+    return states
+
+
+@contextlib.contextmanager
+def one_task_per_file(spark: SparkSession):
+    """Within the block, every input file is read by a task of its own: Spark packs small files into one task
+    until ``spark.sql.files.maxPartitionBytes`` is reached, counting ``openCostInBytes`` per file; a cost above
+    any partition size closes the task after each file. (A multiLine CSV file is never split, whatever its
+    size, so one task reads it whole.) The accounting fails loudly if a task ever held more than one file."""
+    key = "spark.sql.files.openCostInBytes"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, str(1 << 50))
+    try:
+        yield
+    finally:
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
+
+
 def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> DataFrame:
-    """All fields as strings, plus the raw record text of malformed records, the file name and a row id."""
+    """All fields as strings, plus the raw record text of malformed records, the file name and the record
+    number (read inside ``one_task_per_file``)."""
     schema = StructType(list(string_schema(columns).fields) + [StructField(CORRUPT, StringType(), True)])
     return (
         spark.read.schema(schema)
@@ -140,8 +172,7 @@ def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> 
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .csv(paths)
-        .select("*", F.col("_metadata.file_name").alias("source_file"),
-                F.monotonically_increasing_id().alias(ROW_ID))
+        .transform(with_record_number)
     )
 
 
@@ -149,15 +180,15 @@ def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> 
 # Transforms
 # ---------------------------------------------------------------------------------------------------------
 def with_record_number(df: DataFrame) -> DataFrame:
-    """0-based record index within the file: the row id minus the file's smallest row id.
+    """``source_file`` and ``record_number``, the 0-based index of the record within its file: the row's index
+    within its task, i.e. the low 33 bits of ``monotonically_increasing_id``.
 
-    Correct because a multiLine CSV file is never split: its records are read in order by one task, and a task
-    numbers its rows consecutively (several small files may share a task, one after another).
+    Right when a task reads one whole file, in order: a multiLine CSV file is never split, and
+    ``one_task_per_file`` keeps files from sharing a task. Must sit right on the scan (nothing that drops or
+    reorders rows before it).
     """
-    first_ids = df.groupBy("source_file").agg(F.min(ROW_ID).alias("_first_id"))
-    return (df.join(F.broadcast(first_ids), "source_file")
-            .withColumn("record_number", F.col(ROW_ID) - F.col("_first_id"))
-            .drop("_first_id", ROW_ID))
+    return df.select("*", F.col("_metadata.file_name").alias("source_file"),
+                     F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
 
 
 def bronze_rows(columns: tuple[str, ...]):
@@ -198,14 +229,17 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
     rows = (parts[0].unionByName(parts[1]).unionByName(parts[2])
             .groupBy("dataset", "source_file")
             .agg(F.count(F.lit(1)).alias("rows"), F.sum("q").alias("quarantined"),
-                 F.max("record_number").alias("last"))
-            .collect())  # one small row per input file
+                 F.min("record_number").alias("first"), F.max("record_number").alias("last"))
+            .collect())  # small: one aggregated row per input file
     files: dict = {ds: {p.rsplit("/", 1)[-1]: {"records": 0, "bronze": 0, "quarantined": 0} for p in paths[ds]}
                    for ds in DATASETS}
     for r in rows:
-        if r["last"] + 1 != r["rows"]:
-            raise RuntimeError(f"{r['source_file']}: record numbers are not contiguous "
-                               f"({r['rows']} rows, last record {r['last']}): a bug in ingest")
+        # Every record in exactly one of bronze / quarantine, numbered 0..n-1: anything else (a task that read
+        # two files, a record in both tables or in neither) fails the stage here.
+        if r["first"] != 0 or r["last"] + 1 != r["rows"]:
+            raise RuntimeError(f"{r['dataset']} {r['source_file']}: bronze + quarantine hold {r['rows']} rows "
+                               f"numbered {r['first']}..{r['last']}, not each record once: ingest's accounting "
+                               f"does not add up (a task read more than one file, or a bug in ingest)")
         files[r["dataset"]][r["source_file"]] = {
             "records": r["rows"], "bronze": r["rows"] - r["quarantined"], "quarantined": r["quarantined"]}
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}

@@ -1,6 +1,7 @@
 """Unit tests of the ingest, clean and features transforms on small inline data; expected rows by hand."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 
@@ -108,6 +109,73 @@ def test_ingest_catches_short_and_long_rows_with_raw_text_file_and_record_number
     }
     assert record.counts["totals"]["customers"] == {"records": 1, "bronze": 1, "quarantined": 0}
     assert set(record.wrote) == {"bronze_customers", "bronze_events", "quarantine"}
+
+
+@pytest.fixture
+def session_conf(spark):
+    """Set Spark SQL settings for one test, restored afterwards."""
+    saved = {}
+
+    def set_(**conf):
+        for k, v in conf.items():
+            saved.setdefault(k, spark.conf.get(k, None))
+            spark.conf.set(k, v)
+    yield set_
+    for k, v in saved.items():
+        spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def numbered_events(n_files: int, bad_every: int) -> dict[str, str]:
+    """Event files of different lengths; a record with a quoted newline every 3rd, a short one every ``bad_every``."""
+    out = {}
+    for f in range(n_files):
+        lines = [EVENTS_HEADER]
+        for i in range(40 + 17 * f):
+            if i % bad_every == bad_every - 1:
+                lines.append(f"E{f}-{i},C1,short")
+            else:
+                note = f'"line\nbreak {i}"' if i % 3 == 0 else f"n{i}"
+                lines.append(f"E{f}-{i},C1,2026-01-01 00:00:00,usage,1.00,app,{note}")
+        out[f"events-{f:05d}.csv"] = "\n".join(lines) + "\n"
+    return out
+
+
+@pytest.mark.parametrize("conf", [
+    # Spark would pack all small files into a few tasks: ingest still gives each file a task of its own.
+    {"spark.sql.files.openCostInBytes": "0", "spark.sql.files.maxPartitionBytes": "1g"},
+    # A partition far smaller than each file: a multiLine CSV file is still read whole by one task.
+    {"spark.sql.files.maxPartitionBytes": "256"},
+], ids=["small-files-packed", "big-files-split"])
+def test_ingest_record_numbers_count_each_file_from_zero_however_spark_packs_or_splits(
+        spark, tmp_path, session_conf, conf):
+    events = numbered_events(4, bad_every=7)
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", events)
+    lake = str(tmp_path / "lake")
+    session_conf(**conf)
+    open_cost = spark.conf.get("spark.sql.files.openCostInBytes")
+
+    record = ingest.run(spark, inp, lake)
+
+    expected = [(name, i, f"E{f}-{i}") for f, name in enumerate(events) for i in range(40 + 17 * f)]
+    bronze = spark.read.format("delta").load(f"{lake}/bronze/events").select("source_file", "record_number",
+                                                                             "event_id")
+    q = (spark.read.format("delta").load(f"{lake}/quarantine")
+         .select("source_file", "record_number", F.split("raw", ",")[0].alias("event_id")))
+    assert sorted(tuple(r) for r in bronze.unionByName(q).collect()) == sorted(expected)
+    assert q.count() == sum((40 + 17 * f) // 7 for f in range(4))
+    assert record.counts["totals"]["events"]["records"] == len(expected)
+    assert spark.conf.get("spark.sql.files.openCostInBytes") == open_cost   # restored
+
+
+def test_ingest_fails_loudly_when_a_task_reads_two_files(spark, tmp_path, session_conf, monkeypatch):
+    """If record numbers ever ran on across files (two files in one task), the accounting stops the stage."""
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n",
+                      numbered_events(3, bad_every=5))
+    session_conf(**{"spark.sql.files.openCostInBytes": "0", "spark.sql.files.maxPartitionBytes": "1g",
+                    "spark.sql.files.minPartitionNum": "1"})
+    monkeypatch.setattr(ingest, "one_task_per_file", lambda spark: contextlib.nullcontext())
+    with pytest.raises(RuntimeError, match="not each record once: ingest's accounting does not add up"):
+        ingest.run(spark, inp, str(tmp_path / "lake"))
 
 
 def test_ingest_missing_folder_is_a_user_error_and_writes_nothing(spark, tmp_path):
