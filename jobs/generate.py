@@ -10,6 +10,8 @@ docs/data.md describes the columns, the latent churn model, the defects and the 
 
 Everything is computed by built-in Spark expressions on ``spark.range``: every random draw is a hash of
 (seed, salt, row key), so the bytes written depend only on the arguments, never on partitioning or time.
+Each output file is one partition holding a contiguous block of customers, produced in file order: no
+shuffle, no sort, and every count in the manifest is taken while the files are written.
 """
 from __future__ import annotations
 
@@ -17,12 +19,11 @@ import argparse
 import datetime as dt
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from jobs import contract as C
 from jobs.errors import UserError
@@ -53,7 +54,6 @@ UNKNOWN_VALUES = {"gender": "Other", "region": "Northeast", "contract_type": "We
                   "payment_method": "Bitcoin", "internet_service": "Satellite", "event_type": "refund",
                   "channel": "fax"}
 UNKNOWN_YES_NO = "Maybe"
-LATIN1_E_ACUTE = "\u00e9"   # written as the single byte 0xE9 (ISO-8859-1): invalid as UTF-8
 
 
 @dataclass(frozen=True)
@@ -123,43 +123,65 @@ def run(spark: SparkSession, out: str, customers: int, seed: int = 7, as_of: str
                         "or pass --overwrite to replace it")
     for old in ("manifest.json", "customers", "events", "_truth", "_tmp"):
         fs.delete(old)
+    with _jit_sized_codegen(spark):
+        manifest = _generate(spark, fs, p)
+    fs.write_text("manifest.json", json.dumps(manifest, indent=2) + "\n")
+    return manifest
 
-    b0, base_events = calibrate(spark, p)
-    # Customers with their drawn behaviour feed three writes (customers, events, truth): draw them once.
-    latent = latent_customers(spark, p, b0).persist(StorageLevel.MEMORY_AND_DISK)
-    expected_churners = base_events["expected_churners"]
+
+# HotSpot never JIT-compiles a method over 8,000 bytes of bytecode. Whole-stage code generation fuses this job's
+# wide expressions into such methods, which then run in the bytecode interpreter: 5x slower than Spark's
+# per-operator generated code, whose methods are split small (measured: 21 s vs 4 s for the calibration pass
+# over 1M customers; a lower spark.sql.codegen.hugeMethodLimit gets the same, after compiling everything twice).
+# So this job runs without whole-stage fusion; the caller's setting is restored afterwards.
+_HUGE_METHOD_LIMIT = ("spark.sql.codegen.wholeStage", "false")
+
+
+class _jit_sized_codegen:
+    def __init__(self, spark: SparkSession):
+        self.spark = spark
+
+    def __enter__(self):
+        key, value = _HUGE_METHOD_LIMIT
+        self.before = self.spark.conf.get(key, None)
+        self.spark.conf.set(key, value)
+
+    def __exit__(self, *exc):
+        key, _ = _HUGE_METHOD_LIMIT
+        if self.before is None:
+            self.spark.conf.unset(key)
+        else:
+            self.spark.conf.set(key, self.before)
+
+
+def _generate(spark: SparkSession, fs: "_Fs", p: Params) -> dict:
+    b0, sizes = calibrate(spark, p)
     n_cust_files = _files_for(p.customers * (1 + p.rates["exact_duplicate"] + p.rates["conflicting_duplicate"]),
-                              p.rows_per_file)
-    n_event_files = _files_for((base_events["events"] + expected_churners)
-                               * (1 + p.rates["exact_duplicate"] + p.rates["unknown_customer"]), p.rows_per_file)
-
-    cust_rows, cust_obs = _observed(customer_rows(latent, p, n_cust_files), "customers")
-    _write_csv(spark, fs, cust_rows, "customers", n_cust_files, p)
-    event_rows_df, event_obs = _observed(event_rows(latent, p, n_event_files), "events")
-    _write_csv(spark, fs, event_rows_df, "events", n_event_files, p)
-
-    truth = latent.select(
-        F.col("customer_id"), F.col("churn_probability"), F.col("churned"), F.col("rejected"),
-        F.floor(F.col("n") * n_cust_files / p.customers).alias("_block"), F.col("n"))
-    (truth.repartition(n_cust_files, "_block").sortWithinPartitions("n").drop("_block", "n")
-     .write.mode("overwrite").parquet(fs.path("_truth")))
-    fs.remove_side_files("_truth")
+                              p.rows_per_file, p.customers)
+    n_event_files = _files_for((sizes["events"] + sizes["expected_churners"])
+                               * (1 + p.rates["exact_duplicate"] + p.rates["unknown_customer"]), p.rows_per_file,
+                               p.customers)
+    # Three independent writes, each one Spark job with one task per output file. They are submitted together
+    # (events first, the largest) so that a job with fewer files than cores leaves no core idle.
+    writes = {
+        "events": lambda: _write_dataset(fs, "events", event_rows(spark, p, b0, n_event_files), n_event_files, p),
+        "customers": lambda: _write_dataset(fs, "customers", customer_rows(spark, p, b0, n_cust_files),
+                                            n_cust_files, p),
+        "truth": lambda: _write_truth(spark, fs, p, b0),
+    }
+    with ThreadPoolExecutor(max_workers=len(writes)) as pool:
+        futures = {name: pool.submit(write) for name, write in writes.items()}
+        done = {name: f.result() for name, f in futures.items()}
+    fs.delete("_tmp")
     churn = churn_summary(spark.read.parquet(fs.path("_truth")), p)
-
-    datasets = {}
-    for name, obs in (("customers", cust_obs), ("events", event_obs)):
-        datasets[name] = _dataset_manifest(spark, fs, name, obs.get)
-    manifest = {
+    return {
         "generator": {"seed": p.seed, "as_of": p.as_of.isoformat(), "cutoff": p.cutoff.isoformat(),
                       "customers": p.customers, "churn_rate": p.churn_rate, "defect_rate": p.defect_rate,
                       "rates": {k: p.rates[k] for k in KINDS_ALL}, "rows_per_file": p.rows_per_file,
                       "compression": p.compression},
-        "datasets": datasets,
+        "datasets": {name: done[name] for name in ("customers", "events")},
         "churn": churn,
     }
-    fs.write_text("manifest.json", json.dumps(manifest, indent=2) + "\n")
-    latent.unpersist()
-    return manifest
 
 
 def validate(customers, seed, as_of, churn_rate, defect_rate, rates, rows_per_file, compression,
@@ -201,7 +223,7 @@ def validate(customers, seed, as_of, churn_rate, defect_rate, rates, rows_per_fi
 
 
 # =========================================================================================================
-# Random numbers: hashes of (seed, salt, key...) mapped to [0, 1)
+# Random numbers: hashes of (seed, salt, key...) mapped to [0, 1); constant lookup tables
 # =========================================================================================================
 _SALTS = {name: i + 1 for i, name in enumerate((
     "gender", "region", "partner", "dependents", "contract", "payment", "paperless", "phone", "multiple",
@@ -229,74 +251,130 @@ def _pick(values: tuple[str, ...], u: Column, weights: tuple[float, ...] | None 
     return expr.otherwise(values[-1])
 
 
-def _poisson(lam: Column, u: Column, cap: int) -> Column:
-    """Inverse-CDF Poisson draw capped at ``cap``: the number of k < cap with u > P(X <= k)."""
-    first = F.exp(-lam)
-    init = F.struct(first.alias("p"), first.alias("c"), F.lit(0).alias("n"))
-
-    def step(acc, k):
-        nxt = acc["p"] * lam / (k + 1)
-        return F.struct(nxt.alias("p"), (acc["c"] + nxt).alias("c"),
-                        (acc["n"] + F.when(u > acc["c"], 1).otherwise(0)).alias("n"))
-
-    return F.aggregate(F.sequence(F.lit(0), F.lit(cap - 1)), init, step, lambda acc: acc["n"])
+def _table(values: list, sql_type: str) -> Column:
+    """A constant array (one literal after Spark's constant folding, whatever its length): element_at(t, i)
+    is then one array access per row. Built from one string so the plan stays small before folding."""
+    text = ",".join(repr(v) if isinstance(v, float) else str(v) for v in values)
+    return F.split(F.lit(text), ",").cast(f"array<{sql_type}>")
 
 
-def _first(n: Column, count: Column, cap: int) -> Column:
-    """[1, 2, ..., count] (count <= cap), empty when count is 0."""
-    return F.slice(F.sequence(F.lit(1), F.lit(cap)), 1, count)
+def _poisson_cdf(rates: tuple[float, ...], rate_class: Column, window: int, tenure: Column, cap: int) -> Column:
+    """P(X <= k) for k = 0..cap-1 of a Poisson with lambda = rates[rate_class] * min(window, tenure) / window.
+    Tenure is in whole days, so lambda takes len(rates) x window values: their CDFs are one constant table
+    and a customer's row of it is one slice."""
+    cdf = []
+    for rate in rates:
+        for days in range(1, window + 1):
+            lam = rate * days / window
+            term = math.exp(-lam)
+            total = term
+            for k in range(cap):
+                cdf.append(total)
+                term = term * lam / (k + 1)
+                total += term
+    days = F.least(F.lit(window), F.greatest(F.lit(1), tenure))
+    return F.slice(_table(cdf, "double"), ((rate_class * window + days - 1) * cap + 1).cast("int"), cap)
+
+
+def _poisson(cdf: Column, u: Column, cap: int) -> Column:
+    """Inverse-CDF draw capped at ``cap``: the number of k < cap with u > P(X <= k), i.e. u's place among the
+    thresholds (sorted with them; the table is referenced once, no per-k branches)."""
+    return F.call_function("array_position", F.sort_array(F.concat(cdf, F.array(u))), u) - 1
+
+
+def _two_digits(v: Column) -> Column:
+    """00..99 by table lookup (v in 0..99)."""
+    return F.element_at(_table([f"{i:02d}" for i in range(100)], "string"), (v + 1).cast("int"))
 
 
 # =========================================================================================================
 # Customers and their latent state (one row per customer)
 # =========================================================================================================
-EVENT_STRUCT = StructType([StructField("day", IntegerType()), StructField("tod", IntegerType()),
-                           StructField("type", StringType()), StructField("cents", LongType()),
-                           StructField("channel", StringType()), StructField("note", StringType())])
 _BOUNDARY_DAYS = (30, 90, 180, 365)   # feature windows: no event lands on a window's first excluded day
+# Event slots of a customer: (type, most per customer). Slot s of a type holds its i-th event (i = s - base + 1).
+SLOT_TYPES = (("charge", 3), ("payment", 3), ("late_payment", 8), ("support_call", 20), ("usage", 30),
+              ("plan_change", 5), ("termination", 1))
+SLOT_BASE = {t: sum(c for _, c in SLOT_TYPES[:i]) for i, (t, _) in enumerate(SLOT_TYPES)}
+N_SLOTS = sum(c for _, c in SLOT_TYPES)   # 70 < 128: an event's sort key is (second * 128 + slot)
 
 
 def _epoch_day(d: dt.date) -> int:
     return (d - dt.date(1970, 1, 1)).days
 
 
-def _date_str(epoch_day: Column) -> Column:
-    return F.date_add(F.lit(dt.date(1970, 1, 1)), epoch_day.cast("int")).cast("string")
+def _date_table_range(p: Params) -> tuple[int, int]:
+    """Days covered by the date-string table: every event, signup and update day (rare others are computed)."""
+    as_of = _epoch_day(p.as_of)
+    return as_of - 7 * 366 - 400, as_of + 400
 
 
-def _ts_str(seconds: Column) -> Column:
-    """yyyy-MM-dd HH:mm:ss from seconds since 1970 (time-zone free: dates and integers only)."""
-    day, tod = F.floor(seconds / 86400), F.pmod(seconds, 86400)
-    two = lambda c: F.lpad(c.cast("string"), 2, "0")  # noqa: E731
-    return F.concat(_date_str(day), F.lit(" "), two(F.floor(tod / 3600)), F.lit(":"),
-                    two(F.floor(F.pmod(tod, 3600) / 60)), F.lit(":"), two(F.pmod(tod, 60)))
+def _date_str(epoch_day: Column, p: Params) -> Column:
+    """yyyy-MM-dd of a day number: a table lookup for the days the data mostly holds, Spark's cast otherwise."""
+    lo, hi = _date_table_range(p)
+    table = _table([(dt.date(1970, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(lo, hi + 1)], "string")
+    day = epoch_day.cast("int")
+    return (F.when((day >= lo) & (day <= hi), F.element_at(table, day - (lo - 1)))
+            .otherwise(F.date_add(F.lit(dt.date(1970, 1, 1)), day).cast("string")))
+
+
+def _ts_str(seconds: Column, p: Params) -> Column:
+    """yyyy-MM-dd HH:mm:ss from seconds since 1970 (time-zone free: integers and tables only)."""
+    day = F.floor(seconds / 86400)
+    tod = (seconds - day * 86400).cast("int")
+    return F.concat(_date_str(day, p), F.lit(" "), _two_digits(F.floor(tod / 3600)), F.lit(":"),
+                    _two_digits(F.floor(tod / 60) % 60), F.lit(":"), _two_digits(tod % 60))
 
 
 def _cents_str(cents: Column) -> Column:
-    return (cents.cast("decimal(20,0)") / 100).cast("decimal(20,2)").cast("string")
+    """d.cc from a whole number of cents."""
+    return (F.when(cents >= 0, F.concat((cents / 100).cast("long").cast("string"), F.lit("."),
+                                        _two_digits(cents % 100)))
+            .otherwise((cents.cast("decimal(20,0)") / 100).cast("decimal(20,2)").cast("string")))
 
 
-def _ev(day: Column, tod: Column, etype: str, cents: Column, channel: Column, note: Column) -> Column:
-    return F.struct(day.cast("int").alias("day"), tod.cast("int").alias("tod"), F.lit(etype).alias("type"),
-                    cents.cast("long").alias("cents"), channel.cast("string").alias("channel"),
-                    note.cast("string").alias("note"))
+def _customer_numbers(spark: SparkSession, p: Params) -> DataFrame:
+    """Customer numbers 0..N-1 for the customer-level passes (calibration, truth): any partitioning will do."""
+    # About 200,000 customers a task, in whole rounds of the cores; never fewer tasks than cores. Not from
+    # defaultParallelism alone: on a fresh cluster it is 2 until executors register (seen on a 16-core host:
+    # calibration ran as 2 tasks for 106 s). Nor spark.sql.shuffle.partitions: each task has a fixed cost
+    # (this job's task binary is large), 200 tasks of 500 customers took 18 s. The output does not depend on it.
+    cores = spark.sparkContext.defaultParallelism
+    parallelism = cores * max(1, math.ceil(p.customers / 200_000 / cores))
+    parts = min(p.partitions or parallelism, p.customers)
+    return spark.range(0, p.customers, 1, parts).select(F.col("id").alias("n"))
 
 
-def latent_customers(spark: SparkSession, p: Params, b0: float | None) -> DataFrame:
-    """One row per customer: attributes, the events they will have (as an array), the churn drivers and,
-    when ``b0`` is given, churn_probability / churned / the termination event; plus the customer's defect
-    kind and whether clean will reject it."""
+def _file_blocks(spark: SparkSession, customers: int, n_files: int) -> DataFrame:
+    """Customer numbers by output file: partition i holds exactly file i's block, customers
+    floor(i * N / files) .. floor((i + 1) * N / files) - 1, in order, with file_index, block_start, block_end."""
+    bounds = _table([i * customers // n_files for i in range(n_files + 1)], "bigint")
+    i = F.col("id").cast("int")
+    chunk = 1 << 16   # two steps, so that no array holds more than 65,536 customer numbers
+    df = spark.range(0, n_files, 1, n_files).select(
+        i.alias("file_index"), F.element_at(bounds, i + 1).alias("block_start"),
+        F.element_at(bounds, i + 2).alias("block_end"))
+    df = df.select("*", F.explode_outer(F.sequence(
+        F.lit(0).cast("long"), F.floor((F.col("block_end") - F.col("block_start") - 1) / chunk))).alias("chunk"))
+    lo = F.col("block_start") + F.col("chunk") * chunk
+    hi = F.least(F.col("block_end"), lo + chunk) - 1
+    return df.select("file_index", "block_start", "block_end", F.explode_outer(F.sequence(lo, hi)).alias("n"))
+
+
+def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
+    """One row per customer number ``n`` of ``df``: attributes, how many events of each type they will have, the
+    churn drivers and, when ``b0`` is given, churn_probability / churned; plus the customer's defect kind and
+    whether clean will reject it. Everything is a built-in expression of (seed, n): no arrays, no lambdas.
+
+    One projection: each column is written as an expression of the ones before it (Python variables, not
+    column references), and Spark's subexpression elimination evaluates every shared piece once per row. A
+    chain of withColumns would instead materialise every intermediate row (measured: a third of the time)."""
     seed, cutoff, n = p.seed, _epoch_day(p.cutoff), F.col("n")
     U = lambda salt, *k: uniform(seed, salt, n, *k)  # noqa: E731
     yes = lambda salt, prob: F.when(U(salt) < prob, "Yes").otherwise("No")  # noqa: E731
     first_signup = _epoch_day(_years_before(p.as_of, 6))
     span = cutoff - 30 - first_signup
-
-    # Not defaultParallelism alone: on a fresh cluster it is 2 until executors register (seen on a
-    # 16-core host: calibration ran as 2 tasks for 106 s). The output does not depend on this number.
-    parallelism = max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    df = spark.range(0, p.customers, numPartitions=p.partitions or parallelism)
-    df = df.select(F.col("id").alias("n")).withColumns({
+    c: dict[str, Column] = {}
+    c.update({
         "customer_id": F.concat(F.lit("C"), F.lpad(n.cast("string"), 10, "0")),
         "gender": _pick(("Female", "Male"), U("gender")),
         "region": _pick(C.CATEGORIES["region"], U("region")),
@@ -313,56 +391,74 @@ def latent_customers(spark: SparkSession, p: Params, b0: float | None) -> DataFr
         "address": F.concat((1 + F.floor(U("addr_no") * 9999)).cast("string"), F.lit(" "),
                             _pick(STREETS, U("street")), F.lit(" "), _pick(STREET_TYPES, U("street_type"))),
     })
-    has_net = F.col("internet_service") != "No"
+    has_net = c["internet_service"] != "No"
+    fiber = c["internet_service"] == "Fiber optic"
+    echeck = c["payment_method"] == "Electronic check"
     net_yes = lambda salt, prob: F.when(has_net & (U(salt) < prob), "Yes").otherwise("No")  # noqa: E731
-    df = df.withColumns({
-        "multiple_lines": F.when((F.col("phone_service") == "Yes") & (U("multiple") < 0.42), "Yes").otherwise("No"),
+    c.update({
+        "multiple_lines": F.when((c["phone_service"] == "Yes") & (U("multiple") < 0.42), "Yes").otherwise("No"),
         "online_security": net_yes("security", 0.37),
         "online_backup": net_yes("backup", 0.44),
         "device_protection": net_yes("device", 0.44),
         "tech_support": net_yes("tech", 0.37),
         "streaming_tv": net_yes("tv", 0.49),
         "streaming_movies": net_yes("movies", 0.50),
-        "signup_date": F.date_add(F.lit(dt.date(1970, 1, 1)), F.col("signup_day")),
-        "tenure_days": F.lit(cutoff) - F.col("signup_day"),
+        "signup_date": F.date_add(F.lit(dt.date(1970, 1, 1)), c["signup_day"]),
+        "tenure_days": F.lit(cutoff) - c["signup_day"],
     })
-    is_yes = lambda c: F.when(F.col(c) == "Yes", 1).otherwise(0)  # noqa: E731
-    df = df.withColumns({
+    is_yes = lambda k: F.when(c[k] == "Yes", 1).otherwise(0)  # noqa: E731
+    tenure = c["tenure_days"]
+    no_tech = has_net & (c["tech_support"] == "No")
+    c.update({
         "monthly_cents": (1800 + 200 * is_yes("phone_service") + 500 * is_yes("multiple_lines")
-                          + F.when(F.col("internet_service") == "DSL", 2500)
-                          .when(F.col("internet_service") == "Fiber optic", 4500).otherwise(0)
+                          + F.when(c["internet_service"] == "DSL", 2500).when(fiber, 4500).otherwise(0)
                           + 500 * (is_yes("online_security") + is_yes("online_backup")
                                    + is_yes("device_protection") + is_yes("tech_support"))
                           + 900 * (is_yes("streaming_tv") + is_yes("streaming_movies"))
                           + F.floor(U("charges_noise") * 400)).cast("long"),
-        "birth_date": F.date_sub(F.add_months(F.col("signup_date"), -12 * F.col("age_at_signup")),
+        "birth_date": F.date_sub(F.add_months(c["signup_date"], -12 * c["age_at_signup"]),
                                  F.floor(U("birth_days") * 365).cast("int")),
-        "updated_secs": (F.col("signup_day").cast("long") * 86400
-                         + F.floor(U("updated") * F.col("tenure_days") * 86400)).cast("long"),
-        "pay_channel": F.when(F.col("payment_method") == "Electronic check", "web")
-                        .when(F.col("payment_method") == "Mailed check", "store").otherwise("auto"),
+        "updated_secs": (c["signup_day"].cast("long") * 86400
+                         + F.floor(U("updated") * tenure * 86400)).cast("long"),
+        "pay_channel": F.when(echeck, "web").when(c["payment_method"] == "Mailed check", "store").otherwise("auto"),
+        "gb_mean": F.when(fiber, 15.0).when(c["internet_service"] == "DSL", 8.0).otherwise(2.0),
+        # How many pre-cutoff events of each type (docs/data.md, "Events"): Poisson counts scaled by tenure.
+        "n_charges": sum(F.when(_charge_offset(c, j) <= tenure, 1).otherwise(0) for j in (1, 2, 3)),
+        "n_late": _poisson(_poisson_cdf((0.55, 0.2), F.when(echeck, 0).otherwise(1), 180, tenure, 8),
+                           U("late_n"), 8),
+        "n_support": _poisson(_poisson_cdf((1.0, 1.8, 2.0, 3.6),
+                                           F.when(fiber, 2).otherwise(0) + F.when(no_tech, 1).otherwise(0),
+                                           365, tenure, 20), U("support_n"), 20),
+        "n_usage": _poisson(_poisson_cdf((3.5, 1.5), F.when(has_net, 0).otherwise(1), 90, tenure, 30),
+                            U("usage_n"), 30),
+        "n_plan": _poisson(_poisson_cdf((0.15,), F.lit(0), 365, tenure, 5), U("plan_n"), 5),
     })
-    df = df.transform(lambda d: _with_event_arrays(d, p))
+    # The counts hold the constant CDF tables: materialise them once (one projection), so that the many
+    # expressions below refer to them as columns rather than copying the tables into the plan.
+    df = df.select("*", *[v.alias(k) for k, v in c.items()])
+    c = {k: F.col(k) for k in c}
+    tenure = c["tenure_days"]
     cutoff_date = F.lit(p.cutoff)
-    df = df.withColumns({
-        "tenure_months": F.least(F.lit(72), F.floor(F.months_between(cutoff_date, F.col("signup_date")))),
-        "age_at_cutoff": F.floor(F.months_between(cutoff_date, F.col("birth_date")) / 12),
-        "support_calls_90d": F.size(F.filter("support", lambda e: e["day"] > cutoff - 90)),
-        "late_payments_180d": F.size(F.filter("late", lambda e: e["day"] > cutoff - 180)),
+    c.update({
+        "n_payments": sum(F.when((_charge_offset(c, j) <= tenure) & (c["n_late"] < j), 1).otherwise(0)
+                          for j in (1, 2, 3)),
+        "tenure_months": F.least(F.lit(72), F.floor(F.months_between(cutoff_date, c["signup_date"]))),
+        "age_at_cutoff": F.floor(F.months_between(cutoff_date, c["birth_date"]) / 12),
+        "support_calls_90d": sum(F.when((c["n_support"] >= i) & (_slot_day(p, c, "support_call", i) > cutoff - 90),
+                                        1).otherwise(0) for i in range(1, 21)),
+        # Every late payment lies in the last 180 days (a draw on the boundary day moves one day later).
+        "late_payments_180d": c["n_late"],
     })
-    df = df.withColumn("logit_x", _logit_without_intercept())
-    kind = _kind_expr(U("defect"), p, "customers")
-    df = df.withColumns({"kind": kind, "rejected": kind.isin(*REJECTING_KINDS)})
-    if b0 is None:
-        return df
-    prob = 1.0 / (1.0 + F.exp(-(F.lit(b0) + F.col("logit_x"))))
-    df = df.withColumn("churn_probability", prob).withColumn("churned", U("churn") < F.col("churn_probability"))
-    term = _ev(F.lit(cutoff + 1) + F.floor(U("term_day") * (C.LABEL_WINDOW_DAYS - 1)),
-               F.floor(U("term_tod") * 86400), "termination", F.lit(0),
-               _pick(("phone", "store", "web"), U("term_channel"), (0.6, 0.25, 0.15)), F.lit(""))
-    events = F.concat("charges", "payments", "late", "support", "usage", "plans",
-                      F.filter(F.array(term), lambda e: F.col("churned")))
-    return df.withColumn("events", F.array_sort(events))
+    c["n_pre_cutoff"] = sum(c[k] for k in ("n_charges", "n_payments", "n_late", "n_support", "n_usage", "n_plan"))
+    c["logit_x"] = _logit_without_intercept(c)
+    c["kind"] = _kind_expr(U("defect"), p, "customers")
+    c["rejected"] = c["kind"].isin(*REJECTING_KINDS)
+    if b0 is not None:
+        c["churn_probability"] = 1.0 / (1.0 + F.exp(-(F.lit(b0) + c["logit_x"])))
+        c["churned"] = U("churn") < c["churn_probability"]
+        c["n_events"] = c["n_pre_cutoff"] + c["churned"].cast("int")
+    first = set(df.columns)
+    return df.select("*", *[v.alias(k) for k, v in c.items() if k not in first])
 
 
 def _years_before(d: dt.date, years: int) -> dt.date:
@@ -372,64 +468,69 @@ def _years_before(d: dt.date, years: int) -> dt.date:
         return d.replace(year=d.year - years, day=28)
 
 
-def _with_event_arrays(df: DataFrame, p: Params) -> DataFrame:
-    """Pre-cutoff events as arrays of structs (day = days since 1970, tod = second of the day)."""
-    seed, cutoff, n = p.seed, _epoch_day(p.cutoff), F.col("n")
-    U = lambda salt, *k: uniform(seed, salt, n, *k)  # noqa: E731
-    tenure = F.col("tenure_days")
-
-    def days_back(offset: Column) -> Column:
-        # Shift off the window boundaries so that date- and timestamp-based windows agree (docs/data.md).
-        return F.lit(cutoff) - (offset - F.when(offset.isin(*_BOUNDARY_DAYS), 1).otherwise(0))
-
-    def uniform_back(salt: str, i: Column, window: int) -> Column:
-        return days_back(1 + F.floor(U(salt, i) * F.least(F.lit(window), tenure)))
-
-    def scaled(rate: Column, window: int) -> Column:
-        return rate * F.least(F.lit(window), tenure) / window
-
-    charge_offset = lambda j: 30 * (j - 1) + F.col("bill_day")  # noqa: E731
-    fiber = F.col("internet_service") == "Fiber optic"
-    no_tech = (F.col("internet_service") != "No") & (F.col("tech_support") == "No")
-    late_rate = F.when(F.col("payment_method") == "Electronic check", 0.55).otherwise(0.2)
-    support_rate = (1.0 * F.when(fiber, 2.0).otherwise(1.0) * F.when(no_tech, 1.8).otherwise(1.0))
-    usage_gb = F.when(fiber, 15.0).when(F.col("internet_service") == "DSL", 8.0).otherwise(2.0)
-    df = df.withColumns({
-        "charge_js": F.filter(F.sequence(F.lit(1), F.lit(3)), lambda j: charge_offset(j) <= tenure),
-        "n_late": _poisson(scaled(late_rate, 180), U("late_n"), 8),
-        "n_support": _poisson(scaled(support_rate, 365), U("support_n"), 20),
-        "n_usage": _poisson(scaled(F.when(F.col("internet_service") != "No", 3.5).otherwise(1.5), 90),
-                            U("usage_n"), 30),
-        "n_plan": _poisson(scaled(F.lit(0.15), 365), U("plan_n"), 5),
-    })
-    monthly = F.col("monthly_cents")
-    return df.withColumns({
-        "charges": F.transform("charge_js", lambda j: _ev(
-            days_back(charge_offset(j)), F.floor(U("charge_tod", j) * 86400), "charge", monthly, F.lit("auto"),
-            F.lit(""))),
-        "payments": F.transform(F.filter("charge_js", lambda j: j > F.col("n_late")), lambda j: _ev(
-            days_back(charge_offset(j) - F.floor(U("pay_lag", j) * F.least(F.lit(8), charge_offset(j)))),
-            F.floor(U("pay_tod", j) * 86400), "payment", monthly, F.col("pay_channel"), F.lit(""))),
-        "late": F.transform(_first(n, F.col("n_late"), 8), lambda i: _ev(
-            uniform_back("late_day", i, 180), F.floor(U("late_tod", i) * 86400), "late_payment", monthly,
-            F.col("pay_channel"), F.lit(""))),
-        "support": F.transform(_first(n, F.col("n_support"), 20), lambda i: _ev(
-            uniform_back("support_day", i, 365), F.floor(U("support_tod", i) * 86400), "support_call", F.lit(0),
-            _pick(("phone", "web", "app", "store"), U("support_channel", i), (0.6, 0.2, 0.15, 0.05)),
-            _pick(SUPPORT_NOTES, U("support_note", i)))),
-        "usage": F.transform(_first(n, F.col("n_usage"), 30), lambda i: _ev(
-            uniform_back("usage_day", i, 90), F.floor(U("usage_tod", i) * 86400), "usage",
-            F.least(F.lit(999_999), F.floor(-F.log(1.0 - U("usage_gb", i)) * usage_gb * 100)), F.lit("app"),
-            F.lit(""))),
-        "plans": F.transform(_first(n, F.col("n_plan"), 5), lambda i: _ev(
-            uniform_back("plan_day", i, 365), F.floor(U("plan_tod", i) * 86400), "plan_change", F.lit(0),
-            _pick(("web", "phone", "store"), U("plan_channel", i)), F.lit("plan change"))),
-    })
+def _charge_offset(c, j: int) -> Column:
+    """Days before the cutoff of the charge of month j (1..3); ``c`` maps column names to expressions."""
+    return F.lit(30 * (j - 1)) + c["bill_day"]
 
 
-def _logit_without_intercept() -> Column:
+def _days_back(p: Params, offset: Column) -> Column:
+    # Shift off the window boundaries so that date- and timestamp-based windows agree (docs/data.md).
+    return F.lit(_epoch_day(p.cutoff)) - (offset - F.when(offset.isin(*_BOUNDARY_DAYS), 1).otherwise(0))
+
+
+_UNIFORM_WINDOW = {"late_payment": ("late_day", 180), "support_call": ("support_day", 365),
+                   "usage": ("usage_day", 90), "plan_change": ("plan_day", 365)}
+_TOD_SALT = {"charge": "charge_tod", "payment": "pay_tod", "late_payment": "late_tod", "support_call": "support_tod",
+             "usage": "usage_tod", "plan_change": "plan_tod", "termination": "term_tod"}
+
+
+def _slot_day(p: Params, c, etype: str, i: int) -> Column:
+    """Day number of the customer's i-th event of a type (the draws of docs/data.md, "Events")."""
+    n, cutoff = F.col("n"), _epoch_day(p.cutoff)
+    U = lambda salt, *k: uniform(p.seed, salt, n, *k)  # noqa: E731
+    if etype == "charge":
+        return _days_back(p, _charge_offset(c, i))
+    if etype == "payment":
+        offset = _charge_offset(c, i)
+        return _days_back(p, offset - F.floor(U("pay_lag", F.lit(i)) * F.least(F.lit(8), offset)))
+    if etype == "termination":
+        return F.lit(cutoff + 1) + F.floor(U("term_day") * (C.LABEL_WINDOW_DAYS - 1))
+    salt, window = _UNIFORM_WINDOW[etype]
+    return _days_back(p, 1 + F.floor(U(salt, F.lit(i)) * F.least(F.lit(window), c["tenure_days"])))
+
+
+def _slot_present(c, etype: str, i: int) -> Column:
+    counts = {"late_payment": "n_late", "support_call": "n_support", "usage": "n_usage", "plan_change": "n_plan"}
+    if etype == "charge":
+        return _charge_offset(c, i) <= c["tenure_days"]
+    if etype == "payment":
+        return (_charge_offset(c, i) <= c["tenure_days"]) & (c["n_late"] < i)
+    if etype == "termination":
+        return c["churned"]
+    return c[counts[etype]] >= i
+
+
+def _event_keys(p: Params) -> Column:
+    """The customer's events in time order, as sort keys (second since 1970 * 128 + slot): a fixed array of
+    one entry per slot, null where the customer has no such event (evaluated lazily, so an absent slot costs
+    one comparison), sorted (nulls first) and sliced to the present ones."""
+    n = F.col("n")
+    c = {k: F.col(k) for k in ("bill_day", "tenure_days", "n_late", "n_support", "n_usage", "n_plan", "churned")}
+    keys = []
+    for etype, count in SLOT_TYPES:
+        for i in range(1, count + 1):
+            slot = SLOT_BASE[etype] + i - 1
+            tod_key = () if etype == "termination" else (F.lit(i),)
+            tod = F.floor(uniform(p.seed, _TOD_SALT[etype], n, *tod_key) * 86400)
+            key = (_slot_day(p, c, etype, i).cast("long") * 86400 + tod) * 128 + slot
+            keys.append(F.when(_slot_present(c, etype, i), key.cast("long")))
+    total = F.col("n_events")
+    return F.slice(F.sort_array(F.array(*keys)), N_SLOTS - total + 1, total)
+
+
+def _logit_without_intercept(c: dict[str, Column]) -> Column:
     flag = lambda cond: F.when(cond, 1.0).otherwise(0.0)  # noqa: E731
-    col = F.col
+    col = c.__getitem__
     return (COEF["contract_month_to_month"] * flag(col("contract_type") == "Month-to-month")
             + COEF["contract_two_year"] * flag(col("contract_type") == "Two year")
             + COEF["tenure_months"] * col("tenure_months")
@@ -449,10 +550,9 @@ def calibrate(spark: SparkSession, p: Params) -> tuple[float, dict]:
     bisection on the driver. Also returns the number of pre-cutoff events (it sizes the events files)."""
     import numpy as np
 
-    lat = latent_customers(spark, p, None)
-    n_events = sum(F.size(F.col(c)) for c in ("charges", "payments", "late", "support", "usage", "plans"))
-    rows = (lat.groupBy(F.round("logit_x", 3).alias("x"))
-            .agg(F.count(F.lit(1)).alias("w"), F.sum(n_events).alias("e")).collect())  # aggregated: one row per rounded logit
+    cust = _customers(_customer_numbers(spark, p), p, None)
+    rows = (cust.groupBy(F.round("logit_x", 3).alias("x"))
+            .agg(F.count(F.lit(1)).alias("w"), F.sum("n_pre_cutoff").alias("e")).collect())  # aggregated: one row per rounded logit
     x = np.array([r["x"] for r in rows], dtype=float)
     w = np.array([r["w"] for r in rows], dtype=float)
     mean = lambda b: float(np.sum(w / (1.0 + np.exp(-(b + x)))) / np.sum(w))  # noqa: E731
@@ -470,49 +570,79 @@ def truth_frame(spark: SparkSession, customers: int, seed: int = 7, as_of: str =
     churn_probability, churned, rejected."""
     p = validate(customers, seed, as_of, churn_rate, defect_rate, {}, 1_000_000, "none", partitions)
     b0, _ = calibrate(spark, p)
-    return latent_customers(spark, p, b0).select("customer_id", "churn_probability", "churned", "rejected")
+    return _customers(_customer_numbers(spark, p), p, b0).select(*TRUTH_COLUMNS)
+
+
+TRUTH_COLUMNS = ("customer_id", "churn_probability", "churned", "rejected")
+
+
+def _write_truth(spark: SparkSession, fs: "_Fs", p: Params, b0: float) -> None:
+    """_truth/ in customer order (part files in partition order hold ascending customer numbers)."""
+    (_customers(_customer_numbers(spark, p), p, b0).select(*TRUTH_COLUMNS)
+     .write.mode("overwrite").parquet(fs.path("_truth")))
+    fs.remove_side_files("_truth")
 
 
 def churn_summary(truth: DataFrame, p: Params) -> dict:
-    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+    """Realised churn rate, customers reaching gold and the oracle ROC AUC, in one aggregation.
 
-    agg = truth.agg(F.avg(F.col("churned").cast("double")).alias("rate"),
-                    F.sum(F.when(~F.col("rejected"), 1).otherwise(0)).alias("gold")).first()
-    gold = truth.where(~F.col("rejected")).select(
-        F.col("churn_probability"), F.col("churned").cast("double").alias("label"))
-    auc = BinaryClassificationEvaluator(rawPredictionCol="churn_probability", labelCol="label",
-                                        metricName="areaUnderROC").evaluate(gold)
-    return {"configured_rate": p.churn_rate, "realised_rate": round(float(agg["rate"]), 6),
-            "oracle_auc": round(float(auc), 6), "label_window_days": C.LABEL_WINDOW_DAYS,
-            "customers_in_gold": int(agg["gold"])}
+    The AUC is the exact Mann-Whitney statistic over gold customers: customers grouped by churn_probability
+    (ties count one half), then a running count of non-churners below each probability."""
+    from pyspark.sql import Window
+
+    gold = ~F.col("rejected")
+    groups = truth.groupBy("churn_probability").agg(
+        F.sum(F.when(gold & F.col("churned"), 1).otherwise(0)).alias("pos"),
+        F.sum(F.when(gold & ~F.col("churned"), 1).otherwise(0)).alias("neg"),
+        F.sum(F.col("churned").cast("long")).alias("churned"),
+        F.count(F.lit(1)).alias("n"))
+    below = F.coalesce(F.sum("neg").over(Window.orderBy("churn_probability")
+                                         .rowsBetween(Window.unboundedPreceding, -1)), F.lit(0))
+    r = (groups.select("*", below.alias("below"))
+         .agg(F.sum(F.col("pos") * (F.col("below") + 0.5 * F.col("neg"))).alias("u"),
+              F.sum("pos").alias("pos"), F.sum("neg").alias("neg"), F.sum("churned").alias("churned"),
+              F.sum("n").alias("n"))
+         .first())  # one row
+    pos, neg = int(r["pos"] or 0), int(r["neg"] or 0)
+    auc = float(r["u"]) / (pos * neg) if pos and neg else float("nan")
+    return {"configured_rate": p.churn_rate, "realised_rate": round(int(r["churned"]) / int(r["n"]), 6),
+            "oracle_auc": round(auc, 6), "label_window_days": C.LABEL_WINDOW_DAYS,
+            "customers_in_gold": pos + neg}
 
 
 # =========================================================================================================
 # Defects
 # =========================================================================================================
-def _kind_expr(u: Column, p: Params, dataset: str) -> Column:
-    """The defect kind of a row ('none' when clean), by cumulative per-kind rates."""
+def _kind_expr(u: Column, p: Params, dataset: str, demote: Column | None = None) -> Column:
+    """The defect kind of a row ('none' when clean), by cumulative per-kind rates (clean rows: one test).
+    Where ``demote`` holds, the kinds that quarantine the row or add an unknown customer's copy give 'none'."""
     acc, expr = 0.0, None
     for kind in C.DEFECT_KINDS[dataset]:
         if p.rates[kind] <= 0:
             continue
         acc += p.rates[kind]
-        expr = F.when(u < acc, kind) if expr is None else expr.when(u < acc, kind)
-    return F.lit("none") if expr is None else expr.otherwise("none")
+        value = F.lit(kind)
+        if demote is not None and kind in REJECTING_KINDS + ("unknown_customer",):
+            value = F.when(demote, "none").otherwise(kind)
+        expr = F.when(u < acc, value) if expr is None else expr.when(u < acc, value)
+    return F.lit("none") if expr is None else F.when(u >= acc, "none").otherwise(expr.otherwise("none"))
 
 
 _SPELLING_OF = {col: {canon: next((s for s, c in sp.items() if c == canon), None) for canon in C.CATEGORIES[col]}
                 for col, sp in C.SPELLINGS.items()}
 
 
-def _messy(col: str, v: Column, u_form: Column, u_shape: Column) -> Column:
-    """The same category, written as a person or a legacy export would: a known spelling half of the time,
-    mixed case, stray and doubled spaces. lower(trim(collapse-spaces(x))) gives back the canonical value
-    or a known spelling of it."""
-    spelled = v
-    for canon, s in _SPELLING_OF.get(col, {}).items():
-        if s is not None:
-            spelled = F.when(v == canon, F.lit(s)).otherwise(spelled)
+def _spelling_map() -> Column:
+    """'column=canonical value' -> the known other spelling used for it (the first one in contract.SPELLINGS)."""
+    pairs = [(f"{col}={canon}", s) for col, m in _SPELLING_OF.items() for canon, s in m.items() if s is not None]
+    return F.create_map(*[F.lit(x) for kv in pairs for x in kv])
+
+
+def _messy(col: Column, v: Column, u_form: Column, u_shape: Column) -> Column:
+    """The same category (``v``, of the column named by ``col``), written as a person or a legacy export
+    would: a known spelling half of the time, mixed case, stray and doubled spaces.
+    lower(trim(collapse-spaces(x))) gives back the canonical value or a known spelling of it."""
+    spelled = F.coalesce(F.element_at(_spelling_map(), F.concat(col, F.lit("="), v)), v)
     base = F.when(u_form < 0.5, spelled).otherwise(v)
     half = (F.length(base) / 2).cast("int")
     return (F.when(u_shape < 1 / 3, F.concat(F.lit("  "), F.upper(base), F.lit(" ")))
@@ -525,15 +655,50 @@ def _unknown(col: str) -> str:
     return UNKNOWN_VALUES.get(col, UNKNOWN_YES_NO)
 
 
-def _inject(fields: dict[str, Column], kind: Column, u_field: Column, u_var: Column, u_val: Column,
-            rules: dict[str, list[tuple[str, Column]]]) -> dict[str, Column]:
-    """Replace one field per defect kind: ``rules[kind]`` lists (field, bad value); u_field picks one."""
-    out = dict(fields)
-    for k, options in rules.items():
-        for i, (name, bad) in enumerate(options):
-            chosen = (kind == k) & (F.floor(u_field * len(options)) == i)
-            out[name] = F.when(chosen, bad).otherwise(out[name])
-    return out
+def _choose(options: list[Column], choice: Column) -> Column:
+    """options[choice], evaluating only the chosen one."""
+    expr = None
+    for i, o in enumerate(options[:-1]):
+        expr = F.when(choice == i, o) if expr is None else expr.when(choice == i, o)
+    return options[-1] if expr is None else expr.otherwise(options[-1])
+
+
+def _with_defect(df: DataFrame, dataset: str, kind: Column, u_field: Column,
+                 rules: dict[str, tuple[list[str], object]]) -> DataFrame:
+    """Adds row_kind, and _target / _bad: the position (in the dataset's columns) of the field the row's defect
+    replaces and its bad value (null for clean rows). ``rules[kind]`` = (the fields the kind may hit, a function
+    of the chosen position giving the bad value); u_field picks the field. Materialised once here: each field
+    of the record below refers to them."""
+    columns = C.DATASETS[dataset]
+    target = value = None
+    for k, (names, make) in rules.items():
+        choice = F.floor(u_field * len(names)).cast("int")
+        idx = F.element_at(F.array(*[F.lit(columns.index(c)) for c in names]), choice + 1)
+        target = F.when(kind == k, idx) if target is None else target.when(kind == k, idx)
+        value = F.when(kind == k, make(choice)) if value is None else value.when(kind == k, make(choice))
+    return df.select("*", kind.alias("row_kind"), F.when(kind != "none", target).alias("_target"),
+                     F.when(kind != "none", value).alias("_bad"))
+
+
+def _defect_line(fields: dict[str, Column], dataset: str, u_var: Column, first: Column) -> Column:
+    """The file line of a row of ``_with_defect``: its CSV record with the defect's field substituted
+    (clean rows compare a null target and take every field as is); wrong_field_count drops the last field (no
+    other field of such a row holds a comma) or appends one; each file's first record carries the header."""
+    columns = C.DATASETS[dataset]
+    free_text = "address" if dataset == "customers" else "note"
+    kind = F.col("row_kind")
+    parts = []
+    for i, c in enumerate(columns):
+        v = F.when(F.col("_target") == i, F.col("_bad")).otherwise(fields[c])
+        # Only the free text can hold ',', '"' or a newline: every other value comes from a fixed vocabulary,
+        # a number or a date (defects included), so only it is checked for quoting.
+        parts.append(csv_field(v) if c == free_text else v)
+    wrong = kind == "wrong_field_count"
+    return F.concat(
+        F.when(first, F.lit(",".join(columns) + "\n")).otherwise(F.lit("")),
+        F.concat_ws(",", *parts[:-1]),
+        F.when(wrong & (u_var < 0.5), F.lit("")).otherwise(F.concat(F.lit(","), parts[-1])),
+        F.when(wrong & (u_var >= 0.5), F.lit(",extra")).otherwise(F.lit("")))
 
 
 def _bad_number(v: Column, u: Column) -> Column:
@@ -557,10 +722,14 @@ def _tricky(text: Column, u: Column, tail: str) -> Column:
 # =========================================================================================================
 # CSV lines
 # =========================================================================================================
+def _needs_quotes(v: Column) -> Column:
+    return v.contains(",") | v.contains('"') | v.contains("\n") | v.contains("\r")
+
+
 def csv_field(v: Column) -> Column:
     """One CSV field: quoted (inner quotes doubled) when it holds ',', '"', CR or LF; null writes as empty."""
     v = F.coalesce(v, F.lit(""))
-    return F.when(v.rlike('[,"\r\n]'), F.concat(F.lit('"'), F.regexp_replace(v, '"', '""'), F.lit('"'))).otherwise(v)
+    return F.when(_needs_quotes(v), F.concat(F.lit('"'), F.regexp_replace(v, '"', '""'), F.lit('"'))).otherwise(v)
 
 
 def csv_line(columns: list[Column]) -> Column:
@@ -572,19 +741,21 @@ def with_csv_line(df: DataFrame, columns: tuple[str, ...], out: str = "line") ->
     return df.withColumn(out, csv_line([F.col(c) for c in columns]))
 
 
-def _wrong_field_count(fields: list[Column], u: Column) -> Column:
-    """One field dropped (the last) or one extra field added."""
-    return F.when(u < 0.5, csv_line(fields[:-1])).otherwise(F.concat(csv_line(fields), F.lit(",extra")))
+def _latin1_e_acute() -> Column:
+    """The single byte 0xE9 as a string (binary cast to string keeps the bytes; the text writer writes them)."""
+    return F.unhex(F.lit("E9")).cast("string")
 
 
-def customer_rows(latent: DataFrame, p: Params, n_files: int) -> DataFrame:
-    """Customer CSV records: file_index, sort keys (k1, k2, k3), line, kind."""
+def customer_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataFrame:
+    """Customer CSV records in file order, one row per record: file_index, line, kind, cascade, last (the file's
+    last record). Partition i is file i."""
     seed, n = p.seed, F.col("n")
     U = lambda salt, *k: uniform(seed, salt, n, *k)  # noqa: E731
+    latent = _customers(_file_blocks(spark, p.customers, n_files), p, b0)
     copies = (F.when(F.col("kind") == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
               .when(F.col("kind") == "conflicting_duplicate", F.array(F.lit(0), F.lit(2)))
               .otherwise(F.array(F.lit(0))))
-    df = latent.select("*", F.explode(copies).alias("copy"))
+    df = latent.select("*", F.explode_outer(copies).alias("copy"))
     copy = F.col("copy")
     kind = (F.when(copy == 1, "exact_duplicate").when(copy == 2, "conflicting_duplicate")
             .when(F.col("kind").isin(*ADDED_ROW_KINDS), "none").otherwise(F.col("kind")))
@@ -602,181 +773,211 @@ def customer_rows(latent: DataFrame, p: Params, n_files: int) -> DataFrame:
         .otherwise(F.col("updated_secs"))
     fields = {c: F.col(c) for c in C.CUSTOMER_COLUMNS if c in latent.columns}
     fields.update({
-        "updated_at": _ts_str(updated),
-        "signup_date": F.col("signup_date").cast("string"),
+        "updated_at": _ts_str(updated, p),
+        "signup_date": _date_str(F.col("signup_day"), p),
         "birth_date": F.col("birth_date").cast("string"),
         "contract_type": F.when(older, rotate("contract_type", contracts)).otherwise(F.col("contract_type")),
         "payment_method": F.when(older, rotate("payment_method", payments)).otherwise(F.col("payment_method")),
         "monthly_charges": _cents_str(F.when(older, F.col("monthly_cents") - 500).otherwise(F.col("monthly_cents"))),
     })
-    u_field, u_var, u_val = U("defect_field", copy), U("defect_variant", copy), U("defect_value", copy)
-    signup, birth = F.col("signup_date"), F.col("birth_date")
+    u_var, u_val = U("defect_variant", copy), U("defect_value", copy)
+    signup = F.col("signup_date")
     as_of = F.lit(p.as_of)
     time_part = F.substring(fields["updated_at"], 12, 8)
+    cats = list(C.CUSTOMER_CATEGORICALS)
     rules = {
-        "invalid_utf8": [("address", F.concat(F.split(F.col("address"), " ")[0], F.lit(f" Caf{LATIN1_E_ACUTE} St")))],
-        "missing_required": [(c, F.lit("")) for c in C.REQUIRED["customers"] if c != "customer_id"],
-        "bad_number": [("monthly_charges", _bad_number(fields["monthly_charges"], u_var))],
-        "bad_date": [("signup_date", _bad_date(fields["signup_date"], None, u_var)),
-                     ("birth_date", _bad_date(fields["birth_date"], None, u_var)),
-                     ("updated_at", _bad_date(fields["updated_at"], time_part, u_var))],
-        "unknown_category": [(c, F.lit(_unknown(c))) for c in C.CUSTOMER_CATEGORICALS],
-        "messy_category": [(c, _messy(c, F.col(c), u_var, u_val)) for c in C.CUSTOMER_CATEGORICALS],
-        "out_of_range": [("monthly_charges", F.when(u_var < 0.5, F.concat(F.lit("-"), fields["monthly_charges"]))
-                          .otherwise(_cents_str(F.col("monthly_cents") + 100_000)))],
-        "impossible_date": [
-            ("signup_date", F.when(u_var < 0.5, F.date_add(as_of, 1 + F.floor(u_val * 365).cast("int")))
-             .otherwise(F.date_add(F.lit(dt.date(1990, 1, 1)), F.floor(u_val * 2900).cast("int"))).cast("string")),
-            ("birth_date", F.when(u_var < 0.5, F.add_months(signup, -12 * 10))
-             .otherwise(F.add_months(signup, -12 * 120)).cast("string"))],
-        "tricky_quoting": [("address", _tricky(F.col("address"), u_var, "Apt 4"))],
+        "invalid_utf8": (["address"], lambda ch: F.concat(F.split(F.col("address"), " ")[0], F.lit(" Caf"),
+                                                          _latin1_e_acute(), F.lit(" St"))),
+        "missing_required": ([c for c in C.REQUIRED["customers"] if c != "customer_id"], lambda ch: F.lit("")),
+        "bad_number": (["monthly_charges"], lambda ch: _bad_number(fields["monthly_charges"], u_var)),
+        "bad_date": (["signup_date", "birth_date", "updated_at"], lambda ch: _choose(
+            [_bad_date(fields["signup_date"], None, u_var), _bad_date(fields["birth_date"], None, u_var),
+             _bad_date(fields["updated_at"], time_part, u_var)], ch)),
+        "unknown_category": (cats, lambda ch: F.element_at(F.array(*[F.lit(_unknown(c)) for c in cats]), ch + 1)),
+        "messy_category": (cats, lambda ch: _messy(F.element_at(F.array(*[F.lit(c) for c in cats]), ch + 1),
+                                                   F.element_at(F.array(*[fields[c] for c in cats]), ch + 1),
+                                                   u_var, u_val)),
+        "out_of_range": (["monthly_charges"], lambda ch: F.when(
+            u_var < 0.5, F.concat(F.lit("-"), fields["monthly_charges"]))
+            .otherwise(_cents_str(F.col("monthly_cents") + 100_000))),
+        "impossible_date": (["signup_date", "birth_date"], lambda ch: _choose([
+            F.when(u_var < 0.5, F.date_add(as_of, 1 + F.floor(u_val * 365).cast("int")))
+             .otherwise(F.date_add(F.lit(dt.date(1990, 1, 1)), F.floor(u_val * 2900).cast("int"))).cast("string"),
+            F.when(u_var < 0.5, F.add_months(signup, -12 * 10))
+             .otherwise(F.add_months(signup, -12 * 120)).cast("string")], ch)),
+        "tricky_quoting": (["address"], lambda ch: _tricky(F.col("address"), u_var, "Apt 4")),
     }
-    fields = _inject(fields, kind, u_field, u_var, u_val, rules)
-    ordered = [fields[c] for c in C.CUSTOMER_COLUMNS]
-    line = F.when(kind == "wrong_field_count", _wrong_field_count(ordered, u_var)).otherwise(csv_line(ordered))
-    return df.select(
-        F.floor(n * n_files / p.customers).cast("int").alias("file_index"),
-        n.alias("k1"), F.lit(0).cast("int").alias("k2"), copy.cast("int").alias("k3"),
-        line.alias("line"), kind.alias("kind"), F.lit(False).alias("cascade"))
+    df = _with_defect(df, "customers", kind, U("defect_field", copy), rules)
+    added = F.col("kind").isin("exact_duplicate", "conflicting_duplicate")
+    first = (n == F.col("block_start")) & (copy == 0)
+    last = (n == F.col("block_end") - 1) & ((copy != 0) | ~added)
+    return df.select("file_index", _defect_line(fields, "customers", u_var, first).alias("line"),
+                     F.col("row_kind").alias("kind"), F.lit(False).alias("cascade"), last.alias("last"))
 
 
-def event_rows(latent: DataFrame, p: Params, n_files: int) -> DataFrame:
-    """Event CSV records: file_index, sort keys (customer number, event index, copy), line, kind, cascade."""
+_EVENT_TYPES = tuple(t for t, _ in SLOT_TYPES)
+
+
+def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataFrame:
+    """Event CSV records in file order (customer number, event index, copy), one row per record: file_index,
+    line, kind, cascade, last (the file's last record). Partition i is file i.
+
+    Three projections: the customer (with its events' sort keys), the event (decoded from its key, with its
+    draws and defect kind), the record; each wide, so that no intermediate row is materialised per step."""
     seed, n = p.seed, F.col("n")
-    df = latent.select("n", "customer_id", "rejected", F.posexplode("events").alias("idx", "e"))
+    latent = _customers(_file_blocks(spark, p.customers, n_files), p, b0)
+    cols = ["file_index", "block_start", "block_end", "n", "customer_id", "rejected", "monthly_cents",
+            "pay_channel", "gb_mean", "n_events"]
+    df = latent.select(*cols, _event_keys(p).alias("ekeys"))
+    # The _outer generators (no array here is ever empty) keep Spark from inferring a size(array) > 0 filter,
+    # which it pushes below the projection: the whole key array would be computed twice per customer.
+    df = df.select(*cols, F.posexplode_outer("ekeys").alias("idx", "ekey"))
+
+    # The event: second since 1970 and slot from the key; the slot gives type t (index into SLOT_TYPES), number i.
+    slot = F.col("ekey").bitwiseAND(127).cast("int")
+    t = None
+    for k, (etype, count) in enumerate(SLOT_TYPES[:-1]):
+        bound = SLOT_BASE[etype] + count
+        t = F.when(slot < bound, k) if t is None else t.when(slot < bound, k)
+    t = t.otherwise(len(SLOT_TYPES) - 1)
+    i = slot - F.element_at(F.array(*[F.lit(SLOT_BASE[e] - 1) for e in _EVENT_TYPES]), t + 1)
+    Ui = lambda salt: uniform(seed, salt, n, i)  # noqa: E731   the i-th event of its type
+    code = {e: k for k, e in enumerate(_EVENT_TYPES)}
+    u_a = (F.when(t == code["support_call"], Ui("support_channel")).when(t == code["usage"], Ui("usage_gb"))
+           .when(t == code["plan_change"], Ui("plan_channel")).otherwise(uniform(seed, "term_channel", n)))
     key = -(n * EVENT_SLOTS + F.col("idx")) - 1   # negative: draws never coincide with a customer's
     U = lambda salt, *k: uniform(seed, salt, key, *k)  # noqa: E731
-    base_kind = _kind_expr(U("defect"), p, "events")
     # Rejected customers' events stay clean (clean sets them all aside); a termination is never quarantined,
     # so every churner's label reaches gold.
-    base_kind = (F.when(F.col("rejected"), "none")
-                 .when((F.col("e.type") == "termination") & base_kind.isin(*REJECTING_KINDS, "unknown_customer"),
-                       "none")
-                 .otherwise(base_kind))
-    df = df.withColumn("bkind", base_kind)
-    copies = (F.when(F.col("bkind") == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
-              .when(F.col("bkind") == "unknown_customer", F.array(F.lit(0), F.lit(2)))
+    bkind = F.when(F.col("rejected"), "none").otherwise(
+        _kind_expr(U("defect"), p, "events", demote=(t == code["termination"])))
+    copies = (F.when(bkind == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
+              .when(bkind == "unknown_customer", F.array(F.lit(0), F.lit(2)))
               .otherwise(F.array(F.lit(0))))
-    df = df.select("*", F.explode(copies).alias("copy"))
+    df = df.select(
+        "file_index", "block_start", "block_end", "n", "customer_id", "rejected", "n_events", "idx",
+        F.shiftright("ekey", 7).alias("secs"),
+        F.element_at(F.array(*[F.lit(e) for e in _EVENT_TYPES]), t + 1).alias("type"),
+        F.when(t <= code["late_payment"], F.col("monthly_cents"))
+         .when(t == code["usage"], F.least(F.lit(999_999), F.floor(-F.log(1.0 - u_a) * F.col("gb_mean")
+                                                                    * 100)).cast("long"))
+         .otherwise(F.lit(0).cast("long")).alias("cents"),
+        F.when(t == code["charge"], "auto").when(t <= code["late_payment"], F.col("pay_channel"))
+         .when(t == code["support_call"], _pick(("phone", "web", "app", "store"), u_a, (0.6, 0.2, 0.15, 0.05)))
+         .when(t == code["usage"], "app")
+         .when(t == code["plan_change"], _pick(("web", "phone", "store"), u_a))
+         .otherwise(_pick(("phone", "store", "web"), u_a, (0.6, 0.25, 0.15))).alias("channel"),
+        F.when(t == code["support_call"], _pick(SUPPORT_NOTES, Ui("support_note")))
+         .when(t == code["plan_change"], "plan change").otherwise("").alias("note"),
+        bkind.alias("bkind"), F.explode_outer(copies).alias("copy"))
+
+    # The record.
     copy = F.col("copy")
     kind = (F.when(copy == 1, "exact_duplicate").when(copy == 2, "unknown_customer")
             .when(F.col("bkind").isin(*ADDED_ROW_KINDS), "none").otherwise(F.col("bkind")))
     stranger = n + p.customers   # a customer number no customer row has
     owner = F.when(copy == 2, stranger).otherwise(n)
-    ts = _ts_str(F.col("e.day").cast("long") * 86400 + F.col("e.tod"))
     fields = {
         "event_id": F.concat(F.lit("E"), F.lpad((owner * EVENT_SLOTS + F.col("idx")).cast("string"), 12, "0")),
         "customer_id": F.when(copy == 2, F.concat(F.lit("C"), F.lpad(stranger.cast("string"), 10, "0")))
                         .otherwise(F.col("customer_id")),
-        "event_ts": ts,
-        "event_type": F.col("e.type"),
-        "amount": _cents_str(F.col("e.cents")),
-        "channel": F.col("e.channel"),
-        "note": F.col("e.note"),
+        "event_ts": _ts_str(F.col("secs"), p),
+        "event_type": F.col("type"),
+        "amount": _cents_str(F.col("cents")),
+        "channel": F.col("channel"),
+        "note": F.col("note"),
     }
-    u_field, u_var, u_val = U("defect_field", copy), U("defect_variant", copy), U("defect_value", copy)
+    u_var, u_val = U("defect_variant", copy), U("defect_value", copy)
     as_of_day = _epoch_day(p.as_of)
-    time_part = F.substring(ts, 12, 8)
+    time_part = F.substring(fields["event_ts"], 12, 8)
+    note, cents = F.col("note"), F.col("cents")
+    cats = list(C.EVENT_CATEGORICALS)
     rules = {
-        "invalid_utf8": [("note", F.concat(F.when(F.col("e.note") == "", "visit").otherwise(F.col("e.note")),
-                                           F.lit(f" caf{LATIN1_E_ACUTE}")))],
-        "missing_required": [(c, F.lit("")) for c in C.REQUIRED["events"] if c not in ("event_id", "customer_id")],
-        "bad_number": [("amount", _bad_number(fields["amount"], u_var))],
-        "bad_date": [("event_ts", _bad_date(ts, time_part, u_var))],
-        "unknown_category": [(c, F.lit(_unknown(c))) for c in C.EVENT_CATEGORICALS],
-        "messy_category": [(c, _messy(c, fields[c], u_var, u_val)) for c in C.EVENT_CATEGORICALS],
-        "out_of_range": [("amount", F.when(u_var < 0.5, F.concat(F.lit("-"), _cents_str(F.col("e.cents") + 100)))
-                          .otherwise(_cents_str(F.col("e.cents") + 1_000_100)))],
-        "impossible_date": [("event_ts", F.concat(_date_str(
+        "invalid_utf8": (["note"], lambda ch: F.concat(F.when(note == "", "visit").otherwise(note), F.lit(" caf"),
+                                                       _latin1_e_acute())),
+        "missing_required": ([c for c in C.REQUIRED["events"] if c not in ("event_id", "customer_id")],
+                             lambda ch: F.lit("")),
+        "bad_number": (["amount"], lambda ch: _bad_number(fields["amount"], u_var)),
+        "bad_date": (["event_ts"], lambda ch: _bad_date(fields["event_ts"], time_part, u_var)),
+        "unknown_category": (cats, lambda ch: F.element_at(F.array(*[F.lit(_unknown(c)) for c in cats]), ch + 1)),
+        "messy_category": (cats, lambda ch: _messy(F.element_at(F.array(*[F.lit(c) for c in cats]), ch + 1),
+                                                   F.element_at(F.array(*[fields[c] for c in cats]), ch + 1),
+                                                   u_var, u_val)),
+        "out_of_range": (["amount"], lambda ch: F.when(u_var < 0.5, F.concat(F.lit("-"), _cents_str(cents + 100)))
+                         .otherwise(_cents_str(cents + 1_000_100))),
+        "impossible_date": (["event_ts"], lambda ch: F.concat(_date_str(
             F.when(u_var < 0.5, F.lit(as_of_day + 1) + F.floor(u_val * 365))
-            .otherwise(F.lit(_epoch_day(dt.date(1999, 1, 1))) + F.floor(u_val * 364))), F.lit(" "), time_part))],
-        "tricky_quoting": [("note", _tricky(F.when(F.col("e.note") == "", "called").otherwise(F.col("e.note")),
-                                            u_var, "follow-up"))],
+            .otherwise(F.lit(_epoch_day(dt.date(1999, 1, 1))) + F.floor(u_val * 364)), p), F.lit(" "), time_part)),
+        "tricky_quoting": (["note"], lambda ch: _tricky(F.when(note == "", "called").otherwise(note), u_var,
+                                                        "follow-up")),
     }
-    fields = _inject(fields, kind, u_field, u_var, u_val, rules)
-    ordered = [fields[c] for c in C.EVENT_COLUMNS]
-    line = F.when(kind == "wrong_field_count", _wrong_field_count(ordered, u_var)).otherwise(csv_line(ordered))
-    return df.select(
-        F.floor(n * n_files / p.customers).cast("int").alias("file_index"),
-        n.alias("k1"), F.col("idx").cast("int").alias("k2"), copy.cast("int").alias("k3"),
-        line.alias("line"), kind.alias("kind"), (F.col("rejected") & (copy == 0)).alias("cascade"))
+    df = _with_defect(df, "events", kind, U("defect_field", copy), rules)
+    added = F.col("bkind").isin("exact_duplicate", "unknown_customer")
+    first = (n == F.col("block_start")) & (F.col("idx") == 0) & (copy == 0)
+    last = (n == F.col("block_end") - 1) & (F.col("idx") == F.col("n_events") - 1) & ((copy != 0) | ~added)
+    return df.select("file_index", _defect_line(fields, "events", u_var, first).alias("line"),
+                     F.col("row_kind").alias("kind"), (F.col("rejected") & (copy == 0)).alias("cascade"),
+                     last.alias("last"))
 
 
 # =========================================================================================================
-# Writing: one file per file_index, sorted, header first, renamed to its final name
+# Writing: one task per file, rows already in file order, header on each file's first record
 # =========================================================================================================
-def _files_for(records: float, rows_per_file: int) -> int:
-    return max(1, math.ceil(records / rows_per_file))
+def _files_for(records: float, rows_per_file: int, customers: int) -> int:
+    """About rows_per_file records per file; never more files than customers (each block holds one)."""
+    return max(1, min(customers, math.ceil(records / rows_per_file)))
 
 
-def _observed(rows: DataFrame, dataset: str) -> tuple[DataFrame, Observation]:
-    """Counts per defect kind gathered while the rows are written (no second pass over the data)."""
-    obs = Observation()
+_ROW_BITS = (1 << 33) - 1   # monotonically_increasing_id: partition id above bit 33, row number in it below
+
+
+def _write_dataset(fs: "_Fs", dataset: str, rows: DataFrame, n_files: int, p: Params) -> dict:
+    """Writes ``rows`` (partition i = file i, in order) as text, renames each part file to its final name, and
+    returns the dataset's manifest entry. Every count is a Spark aggregate taken while the files are written
+    (``DataFrame.observe``; no second pass): per defect kind, and per file (the row number within its
+    partition of each file's last record)."""
+    obs = Observation(f"generate-{dataset}")
+    tagged = rows.select("*", F.monotonically_increasing_id().alias("_row"), F.spark_partition_id().alias("_part"))
+    records_so_far = F.col("_row").bitwiseAND(_ROW_BITS) + 1
+    # count(when(...)) is the cheapest counter in observe(): about 3x faster than sum(when(..., 1, 0)).
     metrics = [F.count(F.lit(1)).alias("records"),
-               F.sum(F.col("cascade").cast("long")).alias("cascade")]
-    metrics += [F.sum(F.when(F.col("kind") == k, 1).otherwise(0)).alias(k) for k in C.DEFECT_KINDS[dataset]]
-    return rows.observe(obs, *metrics), obs
-
-
-def _physical_lines(rows: DataFrame) -> DataFrame:
-    """One row per physical line: a record with quoted newlines becomes several rows (k4 orders them), so the
-    CSV writer below never sees a newline inside a value (it would quote the value itself)."""
-    parts = F.when(F.col("line").contains("\n"), F.split("line", "\n")).otherwise(F.array("line"))
-    return rows.select("file_index", "k1", "k2", "k3", F.posexplode(parts).alias("k4", "line"))
-
-
-def _write_csv(spark: SparkSession, fs: "_Fs", rows: DataFrame, dataset: str, n_files: int, p: Params) -> None:
-    header = ",".join(C.DATASETS[dataset])
-    headers = spark.range(n_files).select(
-        F.col("id").cast("int").alias("file_index"), F.lit(-1).cast("long").alias("k1"),
-        F.lit(0).cast("int").alias("k2"), F.lit(0).cast("int").alias("k3"), F.lit(0).alias("k4"),
-        F.lit(header).alias("line"))
-    lines = _physical_lines(rows).unionByName(headers)
-    shuffle = min(n_files, p.partitions or int(spark.conf.get("spark.sql.shuffle.partitions")))
-    tmp = fs.path(f"_tmp/{dataset}")
-    (lines.repartition(max(1, shuffle), "file_index")
-     .sortWithinPartitions("file_index", "k1", "k2", "k3", "k4")
-     .select("line", "file_index")
-     .write.mode("overwrite").partitionBy("file_index")
-     # ISO-8859-1 writes each char < 256 as one byte (ASCII unchanged, the invalid_utf8 defect's 0xE9 as is);
-     # no quoting or escaping by the writer: the line is already a finished CSV record.
-     .option("sep", "\u0001").option("quote", "").option("escapeQuotes", "false").option("quoteAll", "false")
-     .option("ignoreLeadingWhiteSpace", "false").option("ignoreTrailingWhiteSpace", "false")
-     .option("encoding", "ISO-8859-1").option("lineSep", "\n").option("header", "false")
-     .option("compression", p.compression).csv(tmp))
+               F.count(F.when(F.col("cascade"), 1)).alias("cascade"),
+               F.count(F.when(F.col("_part") != F.col("file_index"), 1)).alias("_misplaced"),
+               F.concat_ws(",", F.collect_list(F.when(F.col("last"), F.concat_ws(
+                   ":", F.col("file_index").cast("string"), records_so_far.cast("string"))))).alias("_ends")]
+    metrics += [F.count(F.when(F.col("kind") == k, 1)).alias(k) for k in C.DEFECT_KINDS[dataset]]
+    tmp = f"_tmp/{dataset}"
+    # The text writer writes each string's bytes as they are (the invalid_utf8 defect's lone 0xE9 included),
+    # each followed by "\n"; a record's quoted newline is written as is.
+    (tagged.observe(obs, *metrics).select("line")
+     .write.mode("overwrite").option("compression", p.compression).option("maxRecordsPerFile", 0)
+     .text(fs.path(tmp)))
+    m = obs.get
+    ends = dict(tuple(map(int, e.split(":"))) for e in m["_ends"].split(",") if e)
+    records = int(m["records"])
+    if m["_misplaced"] or sorted(ends) != list(range(n_files)) or sum(ends.values()) != records:
+        raise RuntimeError(f"{dataset}: rows not laid out one file per partition (misplaced {m['_misplaced']}, "
+                           f"file ends {ends}, records {records})")
+    parts = {}
+    for name in fs.list(tmp):
+        if name.startswith("part-"):
+            parts.setdefault(int(name.split("-")[1]), []).append(name)
+    if sorted(parts) != list(range(n_files)) or any(len(v) != 1 for v in parts.values()):
+        raise RuntimeError(f"expected one part file per file index 0..{n_files - 1} for {dataset}, found {parts}")
     ext = ".csv.gz" if p.compression == "gzip" else ".csv"
     fs.mkdirs(dataset)
+    files = {}
     for i in range(n_files):
-        parts = [s for s in fs.list(f"_tmp/{dataset}/file_index={i}") if s.startswith("part-")]
-        if len(parts) != 1:
-            raise RuntimeError(f"expected one part file for {dataset} file {i}, found {parts}")
-        fs.rename(f"_tmp/{dataset}/file_index={i}/{parts[0]}", f"{dataset}/{dataset}-{i:05d}{ext}")
-    fs.delete("_tmp")
+        name = f"{dataset}-{i:05d}{ext}"
+        fs.rename(f"{tmp}/{parts[i][0]}", f"{dataset}/{name}")
+        files[name] = {"records": ends[i], "bytes": fs.size(f"{dataset}/{name}")}
+    fs.delete(tmp)
 
-
-def _dataset_manifest(spark: SparkSession, fs: "_Fs", dataset: str, metrics: dict) -> dict:
-    """Per-file bytes, sha256 and record counts read back from the files; defect counts from the write."""
-    d = fs.path(dataset)
-    digests = {r["name"]: (int(r["length"]), r["sha"]) for r in spark.read.format("binaryFile").load(d).select(
-        F.element_at(F.split("path", "/"), -1).alias("name"), "length", F.sha2("content", 256).alias("sha")).collect()}
-    # Every record starts a line with its id (C/E + digit: no defect blanks or moves an id); a quoted newline
-    # in free text is never followed by one (the generator's tails are "Apt 4" / "follow-up"), nor is the
-    # header's first line. So records = occurrences of "\n" + C/E + digit.
-    counts = {r["name"]: int(r["records"]) for r in spark.read.text(d, wholetext=True).select(
-        F.element_at(F.split(F.input_file_name(), "/"), -1).alias("name"),
-        F.regexp_count("value", F.lit("\n[CE][0-9]")).alias("records"))
-        .collect()}
-    files = {name: {"records": counts[name], "bytes": digests[name][0], "sha256": digests[name][1]}
-             for name in sorted(digests)}
-    records = int(metrics["records"])
-    if sum(f["records"] for f in files.values()) != records:
-        raise RuntimeError(f"{dataset}: records read back {sum(f['records'] for f in files.values())} "
-                           f"!= records written {records}")
-    defects = {k: int(metrics[k] or 0) for k in C.DEFECT_KINDS[dataset]}
+    defects = {k: int(m[k] or 0) for k in C.DEFECT_KINDS[dataset]}
     quarantined = {C.DEFECT_FATE[k][1]: defects[k] for k in C.DEFECT_KINDS[dataset]
                    if C.DEFECT_FATE[k][0] == C.QUARANTINE}
     if dataset == "events":
-        quarantined[C.CASCADE_REASON] = int(metrics["cascade"] or 0)
+        quarantined[C.CASCADE_REASON] = int(m["cascade"] or 0)
     dups = defects["exact_duplicate"]
     return {"files": files, "records": records, "defects": defects,
             "expected": {"quarantined": quarantined, "duplicates_removed": dups,
@@ -815,6 +1016,9 @@ class _Fs:
 
     def list(self, rel: str) -> list[str]:
         return sorted(s.getPath().getName() for s in self.fs.listStatus(self._p(rel)))
+
+    def size(self, rel: str) -> int:
+        return int(self.fs.getFileStatus(self._p(rel)).getLen())
 
     def rename(self, src: str, dst: str) -> None:
         if not self.fs.rename(self._p(src), self._p(dst)):
