@@ -38,6 +38,10 @@ CORRUPT = "_corrupt_record"
 # monotonically_increasing_id() = task index << 33 | row index within the task.
 ROW_INDEX_BITS = (1 << 33) - 1
 LINEAGE = ("source_file", "record_number")
+# Delta keeps min/max/null counts of the first 32 columns of every file it writes. On bronze's raw strings that
+# is about a third of the write and serves no reader (clean reads bronze whole); bronze keeps them for its
+# lineage columns only, what a lookup of one record filters on. A table property, set when the table is created.
+BRONZE_TABLE_DEFAULTS = {"spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ",".join(LINEAGE)}
 
 
 def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
@@ -51,7 +55,8 @@ def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
     with one_task_per_file(spark):
         for ds, columns in DATASETS.items():
             bronze = extract(spark, files[ds], columns).transform(bronze_rows(columns))
-            record.wrote[f"bronze_{ds}"] = delta_io.overwrite(bronze, delta_io.table_path(lake, f"bronze_{ds}"))
+            with session_conf(spark, BRONZE_TABLE_DEFAULTS):
+                record.wrote[f"bronze_{ds}"] = delta_io.overwrite(bronze, delta_io.table_path(lake, f"bronze_{ds}"))
         parts = [extract(spark, files[ds], columns).transform(wrong_field_count_rows(ds))
                  for ds, columns in DATASETS.items()]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.
@@ -142,21 +147,24 @@ def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, t
 
 
 @contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]):
+    """Spark SQL settings for the queries run inside the block, restored after it."""
+    old = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
 def one_task_per_file(spark: SparkSession):
     """Within the block, every input file is read by a task of its own: Spark packs small files into one task
     until ``spark.sql.files.maxPartitionBytes`` is reached, counting ``openCostInBytes`` per file; a cost above
     any partition size closes the task after each file. (A multiLine CSV file is never split, whatever its
     size, so one task reads it whole.) The accounting fails loudly if a task ever held more than one file."""
-    key = "spark.sql.files.openCostInBytes"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, str(1 << 50))
-    try:
-        yield
-    finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
+    return session_conf(spark, {"spark.sql.files.openCostInBytes": str(1 << 50)})
 
 
 def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> DataFrame:

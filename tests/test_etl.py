@@ -7,6 +7,7 @@ import os
 
 import pytest
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import (DoubleType, LongType, StringType, StructField, StructType)
@@ -109,6 +110,13 @@ def test_ingest_catches_short_and_long_rows_with_raw_text_file_and_record_number
     }
     assert record.counts["totals"]["customers"] == {"records": 1, "bronze": 1, "quarantined": 0}
     assert set(record.wrote) == {"bronze_customers", "bronze_events", "quarantine"}
+    # Bronze keeps Delta statistics on its lineage columns only; the quarantine keeps the default.
+    props = {t: DeltaTable.forPath(spark, f"{lake}/{t}").detail().first()["properties"]
+             for t in ("bronze/customers", "bronze/events", "quarantine")}
+    assert props["bronze/events"]["delta.dataSkippingStatsColumns"] == "source_file,record_number"
+    assert props["bronze/customers"]["delta.dataSkippingStatsColumns"] == "source_file,record_number"
+    assert "delta.dataSkippingStatsColumns" not in props["quarantine"]
+    assert spark.conf.get("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", None) is None
 
 
 @pytest.fixture
