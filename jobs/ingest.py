@@ -21,7 +21,6 @@ parses agree, and the input files' sizes and modification times are compared bef
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,7 +30,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from jobs import delta_io
 from jobs.contract import DATASETS, QUARANTINE_COLUMNS, string_schema
 from jobs.errors import UserError
-from jobs.session import get_spark
+from jobs.session import get_spark, session_conf
 
 STAGE = "ingest"
 CORRUPT = "_corrupt_record"
@@ -64,8 +63,8 @@ def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
         record.wrote["quarantine"] = delta_io.replace_where(
             quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE}'")
     if file_states(spark, files) != before:
-        raise RuntimeError(f"input files under {input} changed while ingest read them: bronze and quarantine may "
-                           f"come from different contents; run ingest again on input that nothing writes to")
+        raise UserError(f"input files under {input} changed while ingest read them, so bronze and quarantine may "
+                        f"come from different contents: run ingest again once nothing writes to that folder")
 
     record.counts = accounting(spark, lake, record.wrote, files)
     record.extra["input"] = input
@@ -144,19 +143,6 @@ def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, t
             if s.getPath().toString() in wanted:
                 states[s.getPath().toString()] = (s.getLen(), s.getModificationTime())
     return states
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, conf: dict[str, str]):
-    """Spark SQL settings for the queries run inside the block, restored after it."""
-    old = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
 
 
 def one_task_per_file(spark: SparkSession):
