@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from pyspark.ml.evaluation import BinaryClassificationEvaluator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 LABEL = "label"
 PROBABILITY = "probability"
@@ -20,20 +20,54 @@ EPS = 1e-15  # log loss clips probabilities to [EPS, 1 - EPS], so one confident 
 QUANTILE_ACCURACY = 10_000  # percentile_approx: relative rank error 1/10000
 
 
+SCORE_BINS = 1 << 20  # ranking metrics group probabilities into bins of width 2^-20 (see ranking_areas)
+
+
 def roc_auc(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> float:
-    return _binary_evaluator(df, "areaUnderROC", label, probability)
+    return ranking_areas(df, label, probability)[0]
 
 
 def pr_auc(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> float:
-    """Area under the precision-recall curve, as MLlib computes it (trapezoids, curve starting at recall 0
+    """Area under the precision-recall curve, as MLlib defines it (trapezoids, curve starting at recall 0
     with the precision of the highest score)."""
-    return _binary_evaluator(df, "areaUnderPR", label, probability)
+    return ranking_areas(df, label, probability)[1]
 
 
-def _binary_evaluator(df: DataFrame, metric: str, label: str, probability: str) -> float:
-    evaluator = BinaryClassificationEvaluator(rawPredictionCol=probability, labelCol=label, metricName=metric)
-    return float(evaluator.evaluate(df.select(F.col(label).cast("double").alias(label),
-                                              F.col(probability).cast("double").alias(probability))))
+def ranking_areas(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> tuple[float, float]:
+    """(area under the ROC curve, area under the precision-recall curve), from built-in aggregations only.
+
+    The rows are grouped by score bin (``floor(probability * 2^20)``: at most ~10^6 bins whatever the row count),
+    counting positives and negatives per bin; the curves' points are the bins in descending order, with
+    cumulative counts from a window over that small aggregate (one partition, at most ~10^6 rows). Within a bin,
+    scores count as tied: a positive/negative pair in one bin scores 1/2, as MLlib scores exact ties, so the
+    result equals the exact areas whenever distinct scores lie in distinct bins (scores 2^-20 apart or more)
+    and otherwise differs by less than half the share of pairs that share a bin. The same numbers as MLlib's
+    ``BinaryClassificationEvaluator`` (which also groups scores, into 1000 bins of equal row counts), but as
+    a shuffle-and-aggregate the RAPIDS Accelerator runs on the GPU, where the evaluator is RDD code on the CPU.
+    NaN when the frame holds no positive or no negative row."""
+    y = F.col(label).cast("double")
+    bins = (df.where(F.col(probability).isNotNull())
+              .groupBy(F.floor(F.col(probability).cast("double") * F.lit(float(SCORE_BINS))).alias("bin"))
+              .agg(F.sum(y).alias("pos"), F.sum(F.lit(1.0) - y).alias("neg")))
+    # Descending score: a bin's "above" counts are every row of a higher bin.
+    above = Window.orderBy(F.col("bin").desc()).rowsBetween(Window.unboundedPreceding, -1)
+    upto = Window.orderBy(F.col("bin").desc()).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    first = Window.orderBy(F.col("bin").desc())
+    curve = (bins.withColumn("pos_above", F.coalesce(F.sum("pos").over(above), F.lit(0.0)))
+                 .withColumn("tp", F.sum("pos").over(upto))
+                 .withColumn("fp", F.sum("neg").over(upto))
+                 .withColumn("precision", F.col("tp") / (F.col("tp") + F.col("fp")))
+                 # The curve starts at recall 0 with the precision of the highest score (MLlib's convention).
+                 .withColumn("precision_before", F.coalesce(F.lag("precision", 1).over(first), F.col("precision"))))
+    row = curve.agg(
+        F.sum("pos").alias("p"), F.sum("neg").alias("n"),
+        F.sum(F.col("neg") * (F.col("pos_above") + F.col("pos") / F.lit(2.0))).alias("roc_pairs"),
+        F.sum(F.col("pos") * (F.col("precision") + F.col("precision_before")) / F.lit(2.0)).alias("pr_sum"),
+    ).first()  # one row
+    p, n = float(row["p"] or 0.0), float(row["n"] or 0.0)
+    if p == 0.0 or n == 0.0:
+        return math.nan, math.nan
+    return float(row["roc_pairs"]) / (p * n), float(row["pr_sum"]) / p
 
 
 def log_loss(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> float:
@@ -125,9 +159,10 @@ def lift_top_decile(df: DataFrame, label: str = LABEL, probability: str = PROBAB
 def all_metrics(df: DataFrame, threshold: float, label: str = LABEL, probability: str = PROBABILITY) -> dict:
     """Every metric above, for the run record: ranking, probability quality, and decisions at ``threshold``."""
     boundaries = decile_boundaries(df, probability)
+    roc, pr = ranking_areas(df, label, probability)
     return {
-        "roc_auc": roc_auc(df, label, probability),
-        "pr_auc": pr_auc(df, label, probability),
+        "roc_auc": roc,
+        "pr_auc": pr,
         "log_loss": log_loss(df, label, probability),
         "at_threshold": at_threshold(df, threshold, label, probability),
         "lift_top_decile": lift_top_decile(df, label, probability, boundaries),

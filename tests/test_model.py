@@ -43,6 +43,37 @@ def test_pr_auc_four_points(spark):
     assert evaluate.pr_auc(predictions(spark, FOUR)) == pytest.approx(0.5 + 0.5 * (0.5 + 2 / 3) / 2)
 
 
+def test_ranking_metrics_count_a_tie_as_half(spark):
+    # One positive and one negative at the same score: the pair is neither right nor wrong (1/2); the PR curve
+    # is the single point (recall 1, precision 1/2), started at (0, 1/2).
+    tie = [(1.0, 0.5), (0.0, 0.5)]
+    assert evaluate.ranking_areas(predictions(spark, tie)) == pytest.approx((0.5, 0.5))
+    # Scores closer than one bin (2^-20) are tied too; 2^-19 apart they are not.
+    close = [(1.0, 0.5 + 2 ** -22), (0.0, 0.5)]
+    apart = [(1.0, 0.5 + 2 ** -19), (0.0, 0.5)]
+    assert evaluate.roc_auc(predictions(spark, close)) == pytest.approx(0.5)
+    assert evaluate.roc_auc(predictions(spark, apart)) == pytest.approx(1.0)
+
+
+def test_ranking_metrics_need_both_classes(spark):
+    assert all(math.isnan(x) for x in evaluate.ranking_areas(predictions(spark, [(1.0, 0.3), (1.0, 0.6)])))
+
+
+def test_ranking_metrics_agree_with_mllib_on_many_rows(spark):
+    # An independent implementation: MLlib's evaluator without down-sampling (numBins=0), on 5000 rows with
+    # repeated scores (ties inside and across classes).
+    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+
+    df = spark.range(5000).select(
+        (F.abs(F.xxhash64("id", F.lit(1))) % 1000 / 1000.0).alias("probability"),
+        F.when(F.abs(F.xxhash64("id", F.lit(2))) % 1000 < F.abs(F.xxhash64("id", F.lit(1))) % 1000, 1.0)
+         .otherwise(0.0).alias("label"))
+    mllib = [BinaryClassificationEvaluator(rawPredictionCol="probability", labelCol="label", metricName=m,
+                                           numBins=0).evaluate(df) for m in ("areaUnderROC", "areaUnderPR")]
+    assert 0.6 < mllib[0] < 0.9
+    assert evaluate.ranking_areas(df) == pytest.approx(tuple(mllib), abs=1e-12)
+
+
 def test_log_loss(spark):
     expected = -(math.log(0.9) + math.log(0.6) + math.log(0.35) + math.log(0.8)) / 4  # = 0.47228...
     assert evaluate.log_loss(predictions(spark, FOUR)) == pytest.approx(expected)
