@@ -25,7 +25,8 @@ from pyspark.sql import functions as F
 from jobs import contract, delta_io, evaluate, train
 from jobs.ml import FittedLogisticRegression
 
-PARAMS = dict(regParam=0.0, elasticNetParam=0.0, maxIter=100, tol=1e-6, standardization=True)
+PARAMS = dict(regParam=0.0, elasticNetParam=0.0, maxIter=train.DEFAULT_MAX_ITER, tol=train.DEFAULT_TOL,
+              standardization=True)
 
 
 def training_rows(spark: SparkSession, lake: str, replicate: int) -> tuple[DataFrame, DataFrame]:
@@ -127,7 +128,7 @@ def _cuml_alone(train_df: DataFrame, cols: list[str]) -> dict:
         y = cp.asarray(pdf[contract.LABEL].to_numpy().astype("float32"))
         cp.cuda.Device().synchronize()
         t = time.perf_counter()
-        CuLR(C=1e12, max_iter=100, tol=1e-6).fit(X, y)  # C huge: unregularised, as PARAMS
+        CuLR(C=1e12, max_iter=PARAMS["maxIter"], tol=PARAMS["tol"]).fit(X, y)  # C huge: unregularised, as PARAMS
         cp.cuda.Device().synchronize()
         return {"variant": "cuml_alone_on_gpu_data", "rows": len(pdf), "seconds": round(time.perf_counter() - t, 3)}
     except Exception as e:

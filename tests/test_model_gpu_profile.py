@@ -30,19 +30,19 @@ def gpu_ml(spark):
 def test_train_builds_spark_rapids_ml_estimators_with_mapped_params(gpu_ml):
     from spark_rapids_ml.classification import LogisticRegression
 
-    trainers = train.estimators(gpu_ml, reg_params=(0.0, 0.01), elastic_net=(0.0, 0.5), max_iter=50)
+    trainers = train.estimators(gpu_ml, reg_params=(0.0, 0.01), elastic_net=(0.0, 0.5), max_iter=50, tol=1e-9)
     assert set(trainers) == {(0.0, 0.0), (0.0, 0.5), (0.01, 0.0), (0.01, 0.5)}
     trainer = trainers[(0.01, 0.5)]
     est = trainer.estimator
     assert trainer.implementation == ml.SPARK_RAPIDS_ML and type(est) is LogisticRegression
     # Spark ML params as given ...
     assert est.getFeaturesCols() == list(contract.FEATURES)
-    assert (est.getRegParam(), est.getElasticNetParam(), est.getMaxIter(), est.getTol()) == (0.01, 0.5, 50, 1e-6)
+    assert (est.getRegParam(), est.getElasticNetParam(), est.getMaxIter(), est.getTol()) == (0.01, 0.5, 50, 1e-9)
     assert (est.getStandardization(), est.getFitIntercept(), est.getLabelCol()) == (True, True, "label")
     # ... and mapped onto cuML's: C = 1/regParam, l1_ratio, max_iter, tol, penalty.
     cuml = est.cuml_params
     assert cuml["C"] == pytest.approx(100.0) and cuml["l1_ratio"] == 0.5 and cuml["penalty"] == "elasticnet"
-    assert (cuml["max_iter"], cuml["tol"], cuml["fit_intercept"], cuml["standardization"]) == (50, 1e-6, True, True)
+    assert (cuml["max_iter"], cuml["tol"], cuml["fit_intercept"], cuml["standardization"]) == (50, 1e-9, True, True)
     assert trainers[(0.0, 0.0)].estimator.cuml_params["penalty"] is None  # regParam 0: no penalty, as in MLlib
     # No VectorAssembler: spark-rapids-ml reads the double columns directly.
     df = gpu_ml.createDataFrame([(1.0,) * (len(contract.FEATURES) + 1)], [contract.LABEL, *contract.FEATURES])
