@@ -225,6 +225,13 @@ def uniform(seed: int, salt: str, *keys: Column) -> Column:
     return F.shiftrightunsigned(h, 11) / float(1 << 53)
 
 
+def uniform_salted(seed: int, salt: Column, *keys: Column) -> Column:
+    """``uniform`` with the salt's number given as a column (the same draw as uniform(seed, name, keys...) where
+    salt = _SALTS[name])."""
+    h = F.xxhash64(F.lit(seed).cast("long"), salt.cast("long"), *[k.cast("long") for k in keys])
+    return F.shiftrightunsigned(h, 11) / float(1 << 53)
+
+
 def _pick(values: tuple[str, ...], u: Column, weights: tuple[float, ...] | None = None) -> Column:
     if weights is None:
         return F.element_at(F.array(*[F.lit(v) for v in values]), (F.floor(u * len(values)) + 1).cast("int"))
@@ -275,11 +282,9 @@ def _two_digits(v: Column) -> Column:
 # Customers and their latent state (one row per customer)
 # =========================================================================================================
 _BOUNDARY_DAYS = (30, 90, 180, 365)   # feature windows: no event lands on a window's first excluded day
-# Event slots of a customer: (type, most per customer). Slot s of a type holds its i-th event (i = s - base + 1).
+# Event types in the order a customer's events are numbered, with the most a customer has of each (the Poisson caps).
 SLOT_TYPES = (("charge", 3), ("payment", 3), ("late_payment", 8), ("support_call", 20), ("usage", 30),
               ("plan_change", 5), ("termination", 1))
-SLOT_BASE = {t: sum(c for _, c in SLOT_TYPES[:i]) for i, (t, _) in enumerate(SLOT_TYPES)}
-N_SLOTS = sum(c for _, c in SLOT_TYPES)   # 70 < 128: an event's sort key is (second * 128 + slot)
 
 
 def _epoch_day(d: dt.date) -> int:
@@ -483,33 +488,24 @@ def _slot_day(p: Params, c, etype: str, i: int) -> Column:
     return _days_back(p, 1 + F.floor(U(salt, F.lit(i)) * F.least(F.lit(window), c["tenure_days"])))
 
 
-def _slot_present(c, etype: str, i: int) -> Column:
-    counts = {"late_payment": "n_late", "support_call": "n_support", "usage": "n_usage", "plan_change": "n_plan"}
-    if etype == "charge":
-        return _charge_offset(c, i) <= c["tenure_days"]
-    if etype == "payment":
-        return (_charge_offset(c, i) <= c["tenure_days"]) & (c["n_late"] < i)
-    if etype == "termination":
-        return c["churned"]
-    return c[counts[etype]] >= i
-
-
-def _event_keys(p: Params) -> Column:
-    """The customer's events in time order, as sort keys (second since 1970 * 128 + slot): a fixed array of
-    one entry per slot, null where the customer has no such event (evaluated lazily, so an absent slot costs
-    one comparison), sorted (nulls first) and sliced to the present ones."""
-    n = F.col("n")
-    c = {k: F.col(k) for k in ("bill_day", "tenure_days", "n_late", "n_support", "n_usage", "n_plan", "churned")}
-    keys = []
-    for etype, count in SLOT_TYPES:
-        for i in range(1, count + 1):
-            slot = SLOT_BASE[etype] + i - 1
-            tod_key = () if etype == "termination" else (F.lit(i),)
-            tod = F.floor(uniform(p.seed, _TOD_SALT[etype], n, *tod_key) * 86400)
-            key = (_slot_day(p, c, etype, i).cast("long") * 86400 + tod) * 128 + slot
-            keys.append(F.when(_slot_present(c, etype, i), key.cast("long")))
-    total = F.col("n_events")
-    return F.slice(F.sort_array(F.array(*keys)), N_SLOTS - total + 1, total)
+def _event_day_secs(p: Params, t: Column, i: Column) -> Column:
+    """Second since 1970 of the customer's i-th event (i a column) of type code t (index into SLOT_TYPES): the
+    same draws as ``_slot_day`` (one hash for the day, one for the time of day, salts chosen by type)."""
+    n, cutoff = F.col("n"), _epoch_day(p.cutoff)
+    code = {e: k for k, e in enumerate(_EVENT_TYPES)}
+    day_salts = {"payment": "pay_lag", "termination": "term_day", **{e: s for e, (s, _) in _UNIFORM_WINDOW.items()}}
+    salt = lambda salts: F.element_at(F.array(*[F.lit(_SALTS[salts.get(e, "pay_lag")]) for e in _EVENT_TYPES]),
+                                      t + 1)  # noqa: E731
+    u_day = uniform_salted(p.seed, salt(day_salts), n, i)
+    u_tod = uniform_salted(p.seed, salt(_TOD_SALT), n, i)
+    offset = F.lit(30) * (i - 1) + F.col("bill_day")
+    window = F.element_at(F.array(*[F.lit(_UNIFORM_WINDOW.get(e, ("", 1))[1]) for e in _EVENT_TYPES]), t + 1)
+    back = (F.when(t == code["charge"], offset)
+            .when(t == code["payment"], offset - F.floor(u_day * F.least(F.lit(8), offset)))
+            .otherwise(1 + F.floor(u_day * F.least(window, F.col("tenure_days")))))
+    day = F.when(t == code["termination"], F.lit(cutoff + 1) + F.floor(u_day * (C.LABEL_WINDOW_DAYS - 1))) \
+        .otherwise(_days_back(p, back))
+    return day.cast("long") * 86400 + F.floor(u_tod * 86400).cast("long")
 
 
 def _logit_without_intercept(c: dict[str, Column]) -> Column:
@@ -792,41 +788,43 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
     """Event CSV records in file order (customer number, event index, copy), one row per record: file_index,
     line, kind, cascade, last (the file's last record). Partition i is file i.
 
-    Three projections: the customer (with its events' sort keys), the event (decoded from its key, with its
-    draws and defect kind), the record; each wide, so that no intermediate row is materialised per step."""
+    A customer's events are numbered in slot order (type in SLOT_TYPES order, then number within the type), so
+    event index idx decodes to (type, number) by comparing it with the customer's cumulative counts: one row
+    per event from exploding 0..n_events-1, no per-customer array of events and no sort."""
     seed, n = p.seed, F.col("n")
     latent = _customers(_file_blocks(spark, p.customers, n_files), p, b0)
     cols = ["file_index", "block_start", "block_end", "n", "customer_id", "rejected", "monthly_cents",
-            "pay_channel", "gb_mean", "n_events"]
-    df = latent.select(*cols, _event_keys(p).alias("ekeys"))
-    # The _outer generators (no array here is ever empty) keep Spark from inferring a size(array) > 0 filter,
-    # which it pushes below the projection: the whole key array would be computed twice per customer.
-    df = df.select(*cols, F.posexplode_outer("ekeys").alias("idx", "ekey"))
-
-    # The event: second since 1970 and slot from the key; the slot gives type t (index into SLOT_TYPES), number i.
-    slot = F.col("ekey").bitwiseAND(127).cast("int")
-    t = None
-    for k, (etype, count) in enumerate(SLOT_TYPES[:-1]):
-        bound = SLOT_BASE[etype] + count
-        t = F.when(slot < bound, k) if t is None else t.when(slot < bound, k)
-    t = t.otherwise(len(SLOT_TYPES) - 1)
-    i = slot - F.element_at(F.array(*[F.lit(SLOT_BASE[e] - 1) for e in _EVENT_TYPES]), t + 1)
+            "pay_channel", "gb_mean", "n_events", "n_late", "bill_day", "tenure_days"]
+    counts = [F.col(k) for k in ("n_charges", "n_payments", "n_late", "n_support", "n_usage", "n_plan")]
+    ends = [sum(counts[:k + 1]) for k in range(len(counts))]   # first event index after each type's events
+    # The _outer generator (no sequence here is ever empty) keeps Spark from inferring a size(array) > 0 filter,
+    # which it pushes below the projection: the customer's expressions would be computed twice.
+    cols += [f"_end{k}" for k in range(len(ends))]
+    df = latent.select(*cols[:-len(ends)], *[e.alias(f"_end{k}") for k, e in enumerate(ends)])
+    df = df.select(*cols, F.explode_outer(F.sequence(F.lit(0), F.col("n_events") - 1)).alias("idx"))
+    idx = F.col("idx")
+    t = i = None
+    for k in range(len(ends)):
+        start = F.lit(0) if k == 0 else F.col(f"_end{k - 1}")
+        number = idx - start + 1 + (F.col("n_late") if SLOT_TYPES[k][0] == "payment" else 0)
+        t = F.when(idx < F.col(f"_end{k}"), k) if t is None else t.when(idx < F.col(f"_end{k}"), k)
+        i = F.when(idx < F.col(f"_end{k}"), number) if i is None else i.when(idx < F.col(f"_end{k}"), number)
+    # type t (index into SLOT_TYPES) and number i (1-based; a payment's is its charge's month)
+    df = df.select(*cols, "idx", t.otherwise(len(SLOT_TYPES) - 1).alias("t"), i.otherwise(1).alias("i"))
+    t, i = F.col("t"), F.col("i")
     Ui = lambda salt: uniform(seed, salt, n, i)  # noqa: E731   the i-th event of its type
     code = {e: k for k, e in enumerate(_EVENT_TYPES)}
     u_a = (F.when(t == code["support_call"], Ui("support_channel")).when(t == code["usage"], Ui("usage_gb"))
-           .when(t == code["plan_change"], Ui("plan_channel")).otherwise(uniform(seed, "term_channel", n)))
+           .when(t == code["plan_change"], Ui("plan_channel")).otherwise(Ui("term_channel")))
     key = -(n * EVENT_SLOTS + F.col("idx")) - 1   # negative: draws never coincide with a customer's
     U = lambda salt, *k: uniform(seed, salt, key, *k)  # noqa: E731
     # Rejected customers' events stay clean (clean sets them all aside); a termination is never quarantined,
     # so every churner's label reaches gold.
     bkind = F.when(F.col("rejected"), "none").otherwise(
         _kind_expr(U("defect"), p, "events", demote=(t == code["termination"])))
-    copies = (F.when(bkind == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
-              .when(bkind == "unknown_customer", F.array(F.lit(0), F.lit(2)))
-              .otherwise(F.array(F.lit(0))))
     df = df.select(
         "file_index", "block_start", "block_end", "n", "customer_id", "rejected", "n_events", "idx",
-        F.shiftright("ekey", 7).alias("secs"),
+        _event_day_secs(p, t, i).alias("secs"),
         F.element_at(F.array(*[F.lit(e) for e in _EVENT_TYPES]), t + 1).alias("type"),
         F.when(t <= code["late_payment"], F.col("monthly_cents"))
          .when(t == code["usage"], F.least(F.lit(999_999), F.floor(-F.log(1.0 - u_a) * F.col("gb_mean")
@@ -839,7 +837,14 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
          .otherwise(_pick(("phone", "store", "web"), u_a, (0.6, 0.25, 0.15))).alias("channel"),
         F.when(t == code["support_call"], _pick(SUPPORT_NOTES, Ui("support_note")))
          .when(t == code["plan_change"], "plan change").otherwise("").alias("note"),
-        bkind.alias("bkind"), F.explode_outer(copies).alias("copy"))
+        bkind.alias("bkind"))
+    # A second projection, so that the generator reads the kind as a column (a generator's input is evaluated
+    # by the interpreter, outside the generated code).
+    bkind = F.col("bkind")
+    copies = (F.when(bkind == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
+              .when(bkind == "unknown_customer", F.array(F.lit(0), F.lit(2)))
+              .otherwise(F.array(F.lit(0))))
+    df = df.select("*", F.explode_outer(copies).alias("copy"))
 
     # The record.
     copy = F.col("copy")
