@@ -314,6 +314,11 @@ def _ts_str(seconds: Column, p: Params) -> Column:
                     _two_digits(F.floor(tod / 60) % 60), F.lit(":"), _two_digits(tod % 60))
 
 
+def _cents_str_nonneg(cents: Column) -> Column:
+    """d.cc from a whole number of cents >= 0: one concat of its pieces."""
+    return F.concat((cents / 100).cast("long").cast("string"), F.lit("."), _two_digits(cents % 100))
+
+
 def _cents_str(cents: Column) -> Column:
     """d.cc from a whole number of cents."""
     return (F.when(cents >= 0, F.concat((cents / 100).cast("long").cast("string"), F.lit("."),
@@ -646,10 +651,26 @@ def _with_defect(df: DataFrame, dataset: str, kind: Column, u_field: Column,
                      F.when(kind != "none", value).alias("_bad"))
 
 
-def _defect_line(fields: dict[str, Column], dataset: str, u_var: Column, first: Column) -> Column:
-    """The file line of a row of ``_with_defect``: its CSV record with the defect's field substituted
-    (clean rows compare a null target and take every field as is); wrong_field_count drops the last field (no
-    other field of such a row holds a comma) or appends one; each file's first record carries the header."""
+def _defect_line(fields: dict[str, Column], dataset: str, u_var: Column, first: Column,
+                 plain: dict[str, Column] | None = None) -> Column:
+    """The file line of a row of ``_with_defect``: its CSV record with the defect's field substituted;
+    wrong_field_count drops the last field (no other field of such a row holds a comma) or appends one; each
+    file's first record carries the header.
+
+    Rows whose fields all stand as they are (no target field, not wrong_field_count: about 99% of them) take a
+    plain path: one concat of every piece, no quoting check (their free text never needs quotes), which
+    Spark flattens into a single string allocation. ``plain`` overrides a field's expression on that path (a
+    form valid for the values clean rows hold, e.g. non-negative cents)."""
+    columns = C.DATASETS[dataset]
+    header = F.when(first, F.lit(",".join(columns) + "\n")).otherwise(F.lit(""))
+    pieces = [header]
+    for i, c in enumerate(columns):
+        pieces += ([F.lit(",")] if i else []) + [(plain or {}).get(c, fields[c])]
+    as_is = F.col("_target").isNull() & (F.col("row_kind") != "wrong_field_count")
+    return F.when(as_is, F.concat(*pieces)).otherwise(_defect_line_slow(fields, dataset, u_var, header))
+
+
+def _defect_line_slow(fields: dict[str, Column], dataset: str, u_var: Column, header: Column) -> Column:
     columns = C.DATASETS[dataset]
     free_text = "address" if dataset == "customers" else "note"
     kind = F.col("row_kind")
@@ -661,7 +682,7 @@ def _defect_line(fields: dict[str, Column], dataset: str, u_var: Column, first: 
         parts.append(csv_field(v) if c == free_text else v)
     wrong = kind == "wrong_field_count"
     return F.concat(
-        F.when(first, F.lit(",".join(columns) + "\n")).otherwise(F.lit("")),
+        header,
         F.concat_ws(",", *parts[:-1]),
         F.when(wrong & (u_var < 0.5), F.lit("")).otherwise(F.concat(F.lit(","), parts[-1])),
         F.when(wrong & (u_var >= 0.5), F.lit(",extra")).otherwise(F.lit("")))
@@ -777,7 +798,9 @@ def customer_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> Da
     added = F.col("kind").isin("exact_duplicate", "conflicting_duplicate")
     first = (n == F.col("block_start")) & (copy == 0)
     last = (n == F.col("block_end") - 1) & ((copy != 0) | ~added)
-    return df.select("file_index", _defect_line(fields, "customers", u_var, first).alias("line"),
+    return df.select("file_index", _defect_line(fields, "customers", u_var, first, plain={
+        "monthly_charges": _cents_str_nonneg(F.when(older, F.col("monthly_cents") - 500)
+                                             .otherwise(F.col("monthly_cents")))}).alias("line"),
                      F.col("row_kind").alias("kind"), F.lit(False).alias("cascade"), last.alias("last"))
 
 
@@ -890,7 +913,8 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
     added = F.col("bkind").isin("exact_duplicate", "unknown_customer")
     first = (n == F.col("block_start")) & (F.col("idx") == 0) & (copy == 0)
     last = (n == F.col("block_end") - 1) & (F.col("idx") == F.col("n_events") - 1) & ((copy != 0) | ~added)
-    return df.select("file_index", _defect_line(fields, "events", u_var, first).alias("line"),
+    return df.select("file_index", _defect_line(fields, "events", u_var, first, plain={
+        "amount": _cents_str_nonneg(F.col("cents"))}).alias("line"),
                      F.col("row_kind").alias("kind"), (F.col("rejected") & (copy == 0)).alias("cascade"),
                      last.alias("last"))
 
