@@ -8,9 +8,12 @@ are timed:
 - srml_cols_f32:    the same columns cast to float in Spark first (half the bytes through Arrow);
 - srml_array_f32:   one array<float> column (one Arrow buffer instead of one per feature);
 - srml_array_f32_sqloff: the same with the RAPIDS SQL plugin switched off for that query;
+- srml_cols_f64_warm: srml_cols_f64 again (the first spark-rapids-ml fit also pays the Python worker's cuML
+                    import and CUDA context: the difference is that one-off cost);
+- mllib_grid3, srml_grid3: the train stage's own call, one ``fitMultiple`` over its regParam grid;
 - cuml_alone:       cuML on data already on the GPU (the floor: no Spark at all).
 Each variant's result: seconds, test ROC AUC, largest relative coefficient difference to MLlib.
-    scripts/submit --profile gpu bench-handoff --lake DIR --out results.json [--replicate K]
+    scripts/submit --profile gpu bench-handoff --lake DIR --out results.json [--replicate K] [--variants a,b]
 """
 from __future__ import annotations
 
@@ -22,8 +25,9 @@ import traceback
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import contract, delta_io, evaluate, train
+from jobs import contract, delta_io, evaluate, ml, train
 from jobs.ml import FittedLogisticRegression
+from jobs.session import session_conf
 
 PARAMS = dict(regParam=0.0, elasticNetParam=0.0, maxIter=train.DEFAULT_MAX_ITER, tol=train.DEFAULT_TOL,
               standardization=True)
@@ -49,7 +53,8 @@ def timed_fit(name: str, make_input, fit) -> dict:
     return {"variant": name, "rows": rows, "seconds": round(seconds, 2), "model": model}
 
 
-def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | None = None) -> dict:
+def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | None = None,
+        only: set[str] | None = None) -> dict:
     from pyspark.ml.classification import LogisticRegression as MLlibLR
     from pyspark.ml.feature import VectorAssembler
 
@@ -72,6 +77,12 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
                                                        "spark_rapids_ml")
         return fit
 
+    def grid(use_rapids: bool):
+        def fit(df):
+            trainer = _trainer(spark, cols, use_rapids)
+            return trainer.fit_grid(df, [{"regParam": r} for r in train.DEFAULT_REG_PARAMS])[0]
+        return fit
+
     f32 = lambda: train_df.select(F.col(contract.LABEL), *[F.col(c).cast("float").alias(c) for c in cols])
     arr = lambda: train_df.select(F.col(contract.LABEL), F.array(*cols).cast("array<float>").alias("features"))
     variants = [
@@ -79,20 +90,27 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
         ("srml_cols_f64", lambda: train_df, srml("cols")),
         ("srml_cols_f32", f32, srml("cols")),
         ("srml_array_f32", arr, srml("array")),
+        ("srml_array_f32_sqloff", arr, srml("array")),
+        ("srml_cols_f64_warm", lambda: train_df, srml("cols")),
+        ("mllib_grid3", lambda: train_df, grid(False)),
+        ("srml_grid3", lambda: train_df, grid(True)),
     ]
     for name, make_input, fit in variants:
-        results.append(_attempt(name, make_input, fit))
-    sql_was = spark.conf.get("spark.rapids.sql.enabled", "false")
-    spark.conf.set("spark.rapids.sql.enabled", "false")
-    results.append(_attempt("srml_array_f32_sqloff", arr, srml("array")))
-    spark.conf.set("spark.rapids.sql.enabled", sql_was)
-    results.append(_cuml_alone(train_df, cols))
+        if only and name not in only:
+            continue
+        if name.endswith("_sqloff"):
+            with session_conf(spark, {"spark.rapids.sql.enabled": "false"}):
+                results.append(_attempt(name, make_input, fit))
+        else:
+            results.append(_attempt(name, make_input, fit))
+    if not only or "cuml_alone" in only:
+        results.append(_cuml_alone(train_df, cols))
 
     for r in results:
         model = r.pop("model", None)
         if model is None:
             continue
-        if r["variant"] == "mllib":
+        if r["variant"] in ("mllib", "mllib_grid3") and reference is None:
             reference = model
         scored = test_df.withColumn(evaluate.PROBABILITY, model.probability())
         r["test_roc_auc"] = round(evaluate.roc_auc(scored), 5)
@@ -103,11 +121,19 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
             if "coefficients" in r:
                 r["max_rel_coef_diff_vs_mllib"] = max(
                     abs(r["coefficients"][k] - v) / max(abs(v), 1e-3) for k, v in ref.items())
-    base = next((r["seconds"] for r in results if r["variant"] == "mllib" and "seconds" in r), None)
-    for r in results:
+    for r in results:  # each against MLlib doing the same work (one fit, or the grid)
+        base = next((b["seconds"] for b in results if "seconds" in b
+                     and b["variant"] == ("mllib_grid3" if r["variant"].endswith("grid3") else "mllib")), None)
         if base and r.get("seconds"):
             r["speedup_vs_mllib"] = round(base / r["seconds"], 2)
     return {"replicate": replicate, "params": PARAMS, "variants": results}
+
+
+def _trainer(spark: SparkSession, cols: list[str], use_rapids: bool):
+    """The train stage's estimator (jobs.ml) for either back end, whatever the session's profile says."""
+    impl = ml.SPARK_RAPIDS_ML if use_rapids else ml.PYSPARK_ML
+    with session_conf(spark, {ml.IMPLEMENTATION_KEY: impl}):
+        return ml.logistic_regression(spark, cols, **PARAMS, fitIntercept=True, labelCol=contract.LABEL)
 
 
 def _attempt(name, make_input, fit) -> dict:
@@ -143,8 +169,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--replicate", type=int, default=1)
     p.add_argument("--num-workers", type=int)
+    p.add_argument("--variants", help="comma-separated subset of the variants (default: all)")
     args = p.parse_args(argv)
-    result = run(get_spark("bench-handoff"), args.lake, args.replicate, args.num_workers)
+    only = set(args.variants.split(",")) if args.variants else None
+    result = run(get_spark("bench-handoff"), args.lake, args.replicate, args.num_workers, only)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2, default=str)
     for r in result["variants"]:
