@@ -15,15 +15,17 @@ schemas (never inferred). A record whose field count differs from the header goe
   index within its task) are the record number. No join, no second pass for it.
 
 The CSV is parsed twice and never cached: once for bronze, once for the (few) malformed records, which is
-cheaper than persisting every parsed row. The per-file accounting over the written tables checks that both
-parses agree, and the input files' sizes and modification times are compared before and after.
+cheaper than persisting every parsed row. The per-file accounting checks that both parses agree, and the input
+files' sizes and modification times are compared before and after. It reads bronze's side from the bronze
+commit's per-file statistics (row count, min/max of the lineage columns) rather than re-reading bronze, and
+falls back to a scan of bronze's lineage columns whenever those statistics cannot be exact.
 """
 from __future__ import annotations
 
 import argparse
 import time
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -154,8 +156,8 @@ def one_task_per_file(spark: SparkSession):
 
 
 def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> DataFrame:
-    """All fields as strings, plus the raw record text of malformed records, the file name and the record
-    number (read inside ``one_task_per_file``)."""
+    """All fields as strings, plus the raw record text of malformed records and the record number (read inside
+    ``one_task_per_file``); ``source_file`` comes after the split (``bronze_rows``, ``wrong_field_count_rows``)."""
     schema = StructType(list(string_schema(columns).fields) + [StructField(CORRUPT, StringType(), True)])
     return (
         spark.read.schema(schema)
@@ -174,20 +176,27 @@ def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> 
 # Transforms
 # ---------------------------------------------------------------------------------------------------------
 def with_record_number(df: DataFrame) -> DataFrame:
-    """``source_file`` and ``record_number``, the 0-based index of the record within its file: the row's index
-    within its task, i.e. the low 33 bits of ``monotonically_increasing_id``.
+    """``record_number``, the 0-based index of the record within its file: the row's index within its task, i.e.
+    the low 33 bits of ``monotonically_increasing_id``.
 
     Right when a task reads one whole file, in order: a multiLine CSV file is never split, and
     ``one_task_per_file`` keeps files from sharing a task. Must sit right on the scan (nothing that drops or
     reorders rows before it).
     """
-    return df.select("*", F.col("_metadata.file_name").alias("source_file"),
-                     F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
+    return df.select("*", F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
+
+
+def source_file() -> Column:
+    """The name of the file the task is reading: the last segment of ``input_file_name()``, the same string as
+    ``_metadata.file_name`` (both URL-encoded where a name holds characters a URI may not). Cheaper: the scan does
+    not copy every row to append a metadata column, and it is evaluated only on the rows kept (after the
+    corrupt-record filter; no shuffle lies between it and the scan, so the task still knows its file)."""
+    return F.substring_index(F.input_file_name(), "/", -1).alias("source_file")
 
 
 def bronze_rows(columns: tuple[str, ...]):
     def transform(df: DataFrame) -> DataFrame:
-        return df.where(F.col(CORRUPT).isNull()).select(*columns, *LINEAGE)
+        return df.where(F.col(CORRUPT).isNull()).select(*columns, source_file(), "record_number")
     return transform
 
 
@@ -199,7 +208,7 @@ def wrong_field_count_rows(dataset: str):
         return df.where(F.col(CORRUPT).isNotNull()).select(
             F.lit(dataset).alias("dataset"),
             F.lit(STAGE).alias("stage"),
-            "source_file",
+            source_file(),
             "record_number",
             F.col(CORRUPT).alias("raw"),
             F.lit("wrong_field_count").alias("reason"),
@@ -209,36 +218,111 @@ def wrong_field_count_rows(dataset: str):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Accounting: one aggregation over the tables just written.
+# Accounting: per input file, from the tables just written (bronze from its commit's statistics).
 # ---------------------------------------------------------------------------------------------------------
+# A Delta commit file holds one JSON action per line (Delta's PROTOCOL.md); only what the accounting reads.
+COMMIT_SCHEMA = ("commitInfo struct<operation: string, operationParameters: map<string, string>>, "
+                 "add struct<path: string, stats: string>")
+FILE_STATS_SCHEMA = ("numRecords long, minValues struct<source_file: string, record_number: long>, "
+                     "maxValues struct<source_file: string, record_number: long>")
+
+
 def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]]) -> dict:
     """Per dataset and file: records (= last record number + 1), rows in bronze, rows quarantined.
-    A file with a header and no records is listed with zeros."""
-    parts = []
-    for ds in DATASETS:
-        bronze, _ = delta_io.read(spark, delta_io.table_path(lake, f"bronze_{ds}"), versions[f"bronze_{ds}"])
-        parts.append(bronze.select(F.lit(ds).alias("dataset"), *LINEAGE, F.lit(0).alias("q")))
+    A file with a header and no records is listed with zeros.
+
+    Bronze's per-file figures come from the statistics Delta wrote with each of its data files (row count and
+    min/max of ``source_file`` / ``record_number``, ``bronze_counts_from_commit``); where those cannot be exact,
+    from a scan of bronze's lineage columns. The quarantine's from its ingest slice (few rows)."""
+    names = {ds: {file_name(spark, p) for p in paths[ds]} for ds in DATASETS}
+    bronze = {ds: bronze_counts_from_commit(spark, delta_io.table_path(lake, f"bronze_{ds}"),
+                                            versions[f"bronze_{ds}"], names[ds]) for ds in DATASETS}
     q, _ = delta_io.read(spark, delta_io.table_path(lake, "quarantine"), versions["quarantine"])
-    parts.append(q.where(F.col("stage") == STAGE).select("dataset", *LINEAGE, F.lit(1).alias("q")))
-    rows = (parts[0].unionByName(parts[1]).unionByName(parts[2])
-            .groupBy("dataset", "source_file")
-            .agg(F.count(F.lit(1)).alias("rows"), F.sum("q").alias("quarantined"),
-                 F.min("record_number").alias("first"), F.max("record_number").alias("last"))
-            .collect())  # small: one aggregated row per input file
-    files: dict = {ds: {p.rsplit("/", 1)[-1]: {"records": 0, "bronze": 0, "quarantined": 0} for p in paths[ds]}
+    parts = [q.where(F.col("stage") == STAGE).select(F.lit(True).alias("quarantined"), "dataset", *LINEAGE)]
+    for ds in DATASETS:
+        if bronze[ds] is None:
+            b, _ = delta_io.read(spark, delta_io.table_path(lake, f"bronze_{ds}"), versions[f"bronze_{ds}"])
+            parts.append(b.select(F.lit(False).alias("quarantined"), F.lit(ds).alias("dataset"), *LINEAGE))
+            bronze[ds] = {}
+    found: dict = {(ds, name): {"bronze": counts} for ds in DATASETS for name, counts in bronze[ds].items()}
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    for r in (union.groupBy("quarantined", "dataset", "source_file")
+              .agg(F.count(F.lit(1)).alias("rows"), F.min("record_number").alias("first"),
+                   F.max("record_number").alias("last"))
+              .collect()):  # small: at most two aggregated rows per input file
+        found.setdefault((r["dataset"], r["source_file"]), {})[
+            "quarantined" if r["quarantined"] else "bronze"] = (r["rows"], r["first"], r["last"])
+
+    files: dict = {ds: {name: {"records": 0, "bronze": 0, "quarantined": 0} for name in names[ds]}
                    for ds in DATASETS}
-    for r in rows:
+    for (ds, name), got in found.items():
+        b_rows, b_first, b_last = got.get("bronze", (0, None, None))
+        q_rows, q_first, q_last = got.get("quarantined", (0, None, None))
+        rows = b_rows + q_rows
+        first = min(x for x in (b_first, q_first) if x is not None)
+        last = max(x for x in (b_last, q_last) if x is not None)
         # Every record in exactly one of bronze / quarantine, numbered 0..n-1: anything else (a task that read
-        # two files, a record in both tables or in neither) fails the stage here.
-        if r["first"] != 0 or r["last"] + 1 != r["rows"]:
-            raise RuntimeError(f"{r['dataset']} {r['source_file']}: bronze + quarantine hold {r['rows']} rows "
-                               f"numbered {r['first']}..{r['last']}, not each record once: ingest's accounting "
-                               f"does not add up (a task read more than one file, or a bug in ingest)")
-        files[r["dataset"]][r["source_file"]] = {
-            "records": r["rows"], "bronze": r["rows"] - r["quarantined"], "quarantined": r["quarantined"]}
+        # two files, a record in both tables or in neither, a row naming no input file) fails the stage here.
+        if name not in names[ds] or first != 0 or last + 1 != rows:
+            raise RuntimeError(f"{ds} {name}: bronze + quarantine hold {rows} rows numbered {first}..{last}"
+                               f"{'' if name in names[ds] else ' of a file not in the input'}, not each record "
+                               f"once: ingest's accounting does not add up (a task read more than one file, or "
+                               f"a bug in ingest)")
+        files[ds][name] = {"records": rows, "bronze": b_rows, "quarantined": q_rows}
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}
               for ds in DATASETS}
     # Flat figures first (rows in bronze per dataset, quarantined in all) for progress lines and the report.
     return {**{ds: totals[ds]["bronze"] for ds in DATASETS},
             "quarantined": sum(t["quarantined"] for t in totals.values()),
             "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
+
+
+def file_name(spark: SparkSession, path: str) -> str:
+    """The name Spark gives ``source_file`` for the file at ``path``: its last segment, URL-encoded as in the
+    path's URI (``input_file_name()`` and ``_metadata.file_name`` alike); the plain name for ordinary names."""
+    return str(spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path).toUri().toString()).rsplit("/", 1)[-1]
+
+
+def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
+                              names: set[str]) -> dict[str, tuple[int, int, int]] | None:
+    """Per input file name: (rows, first record number, last record number) in bronze at ``version``, read
+    from the statistics in that version's commit file instead of from bronze itself; None where they cannot
+    be exact, and the caller scans bronze.
+
+    Exact when: the commit is an overwrite (its ``add`` actions are then the whole table at that version),
+    and every data file it adds has a row count and lineage statistics whose min and max ``source_file`` are
+    one and the same input file name (not a prefix: Delta cuts string statistics at 32 characters). Ingest
+    writes bronze one task per input file, so that is each data file; compaction, a user-set
+    ``maxRecordsPerFile`` or a table whose statistics skip the lineage columns keep it correct (scan or not)."""
+    commit = f"{table.rstrip('/')}/_delta_log/{version:020d}.json"
+    jvm, hpath, fs = _hadoop_fs(spark, commit)
+    if not fs.exists(hpath):
+        return None
+    stats = F.from_json("add.stats", FILE_STATS_SCHEMA)
+    rows = (spark.read.schema(COMMIT_SCHEMA).json(commit)
+            .select(((F.col("commitInfo.operation") == "WRITE")
+                     & (F.col("commitInfo.operationParameters")["mode"] == "Overwrite")).alias("overwrite"),
+                    F.col("add.path").alias("data_file"), stats.alias("s"))
+            .groupBy(F.col("s.minValues.source_file").alias("first_file"),
+                     F.col("s.maxValues.source_file").alias("last_file"))
+            .agg(F.count(F.when(F.col("overwrite"), 1)).alias("overwrites"),
+                 F.count("data_file").alias("data_files"),
+                 F.count(F.when(F.col("s.numRecords").isNotNull() & F.col("s.minValues.record_number").isNotNull()
+                                & F.col("s.maxValues.record_number").isNotNull(), 1)).alias("with_stats"),
+                 F.sum("s.numRecords").alias("rows"), F.min("s.minValues.record_number").alias("first"),
+                 F.max("s.maxValues.record_number").alias("last"))
+            .collect())  # small: one row per input file, plus one for the commit's other actions
+    if sum(r["overwrites"] for r in rows) != 1:
+        return None
+    counts = {}
+    for r in rows:
+        if r["first_file"] is None and r["last_file"] is None:
+            if r["data_files"]:      # data files without a file-name statistic
+                return None
+            continue
+        if r["first_file"] != r["last_file"] or r["first_file"] not in names or r["with_stats"] != r["data_files"]:
+            return None
+        counts[r["first_file"]] = (r["rows"], r["first"], r["last"])
+    return counts

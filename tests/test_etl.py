@@ -186,6 +186,56 @@ def test_ingest_fails_loudly_when_a_task_reads_two_files(spark, tmp_path, sessio
         ingest.run(spark, inp, str(tmp_path / "lake"))
 
 
+def scanned_bronze_counts(spark, lake: str, dataset: str) -> dict:
+    rows = (spark.read.format("delta").load(f"{lake}/bronze/{dataset}").groupBy("source_file")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("record_number").alias("lo"), F.max("record_number").alias("hi"))
+            .collect())
+    return {r["source_file"]: (r["n"], r["lo"], r["hi"]) for r in rows}
+
+
+def test_ingest_reads_bronze_counts_from_its_commit_and_they_match_a_scan(spark, tmp_path, monkeypatch):
+    """The accounting takes bronze's per-file figures from the statistics of the bronze commit: they must be
+    what a scan of bronze finds, and the StageRecord the same as with the scan it replaces."""
+    events = numbered_events(3, bad_every=5)
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", events)
+    lake = str(tmp_path / "lake")
+    record = ingest.run(spark, inp, lake)
+
+    for ds in ("customers", "events"):
+        from_commit = ingest.bronze_counts_from_commit(spark, f"{lake}/bronze/{ds}", record.wrote[f"bronze_{ds}"],
+                                                       set(record.counts["files"][ds]))
+        assert from_commit is not None, ds
+        assert from_commit == scanned_bronze_counts(spark, lake, ds), ds
+    # No commit file for that version: no figures from it (the accounting then scans bronze).
+    assert ingest.bronze_counts_from_commit(spark, f"{lake}/bronze/events", 99, {"events-00000.csv"}) is None
+
+    monkeypatch.setattr(ingest, "bronze_counts_from_commit", lambda *a: None)   # force the scan
+    assert ingest.accounting(spark, lake, record.wrote, {ds: [f"{inp}/{ds}/{n}" for n in files]
+                             for ds, files in record.counts["files"].items()}) == record.counts
+
+
+def test_ingest_accounts_for_files_with_long_or_unusual_names(spark, tmp_path):
+    """A name over Delta's 32-character string statistics (bronze counted by a scan instead) and a name with a
+    space (``source_file`` is the name as Spark reports it, URL-encoded like ``_metadata.file_name``)."""
+    long_name = "events-2026-06-30-region-north-part-00000.csv"
+    events = {long_name: EVENTS_HEADER + "\nE1,C1,2026-03-01 12:00:00,charge,10.00,web,\nE2,C1,short\n",
+              "events 2.csv": EVENTS_HEADER + "\nE3,C1,2026-03-01 12:00:00,charge,10.00,web,x\n"}
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", events)
+    lake = str(tmp_path / "lake")
+
+    record = ingest.run(spark, inp, lake)
+
+    assert record.counts["files"]["events"] == {
+        long_name: {"records": 2, "bronze": 1, "quarantined": 1},
+        "events%202.csv": {"records": 1, "bronze": 1, "quarantined": 0},
+    }
+    meta = (spark.read.schema(EVENTS_CSV_SCHEMA).option("header", True).csv(f"{inp}/events")
+            .select(F.col("_metadata.file_name")).distinct().collect())
+    assert {r[0] for r in meta} == set(record.counts["files"]["events"])
+    assert ingest.bronze_counts_from_commit(spark, f"{lake}/bronze/events", record.wrote["bronze_events"],
+                                            set(record.counts["files"]["events"])) is None
+
+
 def test_ingest_missing_folder_is_a_user_error_and_writes_nothing(spark, tmp_path):
     lake = tmp_path / "lake"
     with pytest.raises(UserError, match="does not exist: pass --input"):
