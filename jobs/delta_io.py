@@ -39,6 +39,12 @@ def exists(spark: SparkSession, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 
 
+# Profiles that run SQL on the GPU set this: Delta snapshots are then scanned as their Parquet files (below).
+FILES_AS_PARQUET_KEY = "spark.churn.delta.scanFilesAsParquet"
+# Table features under which a snapshot's Parquet files alone do not hold its rows as Delta reads them.
+PARQUET_UNSAFE_FEATURES = ("deletionVectors", "columnMapping")
+
+
 def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple[DataFrame, int]:
     """The table at ``path`` pinned to one version (the latest if none given), and that version."""
     if not exists(spark, path):
@@ -46,7 +52,35 @@ def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple
             f"no Delta table at {path}: run the stage that writes it first (see README, 'Stages')"
         )
     v = version(spark, path) if at_version is None else at_version
-    return spark.read.format("delta").option("versionAsOf", v).load(path), v
+    df = spark.read.format("delta").option("versionAsOf", v).load(path)
+    if spark.conf.get(FILES_AS_PARQUET_KEY, "false").strip().lower() == "true":
+        df = snapshot_files_as_parquet(spark, path, df)
+    return df, v
+
+
+def snapshot_files_as_parquet(spark: SparkSession, path: str, snapshot: DataFrame) -> DataFrame:
+    """The rows of ``snapshot`` (a Delta read pinned to a version) as a plain Parquet scan of exactly the data
+    files that version lists, or ``snapshot`` itself where that would not be the same rows.
+
+    Why: the RAPIDS Accelerator 25.04 (the newest jar served here) ships only a Delta stub for Spark 3.5, so it
+    keeps every Delta scan on the CPU and feeds the GPU through a row-to-columnar copy; a Parquet scan of the
+    same files runs on the GPU. Delta's own reader is still what lists the files (``inputFiles`` of the pinned
+    snapshot: removed and uncommitted files are never read), and the schema is the snapshot's. It is the same
+    rows only for unpartitioned tables without deletion vectors or column mapping (the pipeline's tables); any
+    other table, or an empty one, is read through Delta as before."""
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().first()  # one row of table metadata
+    features = set(detail["tableFeatures"] or [])
+    properties = detail["properties"] or {}
+    if (detail["partitionColumns"] or features & set(PARQUET_UNSAFE_FEATURES)
+            or properties.get("delta.enableDeletionVectors", "false") == "true"
+            or properties.get("delta.columnMapping.mode", "none") != "none"):
+        return snapshot
+    files = snapshot.inputFiles()
+    if not files:
+        return snapshot
+    return spark.read.schema(snapshot.schema).parquet(*files)
 
 
 def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> int:

@@ -205,3 +205,41 @@ def test_delta_versions_read_through_a_relative_path(spark, tmp_path):
     assert delta_io.overwrite(spark.range(5), rel) == 1
     df, v = delta_io.read(spark, rel)
     assert (v, df.count()) == (1, 5)
+
+
+def test_gpu_profiles_scan_a_delta_snapshot_as_exactly_its_parquet_files(spark, tmp_path):
+    path = str(tmp_path / "t")
+    delta_io.overwrite(spark.createDataFrame([(1, "a"), (2, "b")], "id long, s string"), path)        # v0
+    delta_io.overwrite(spark.createDataFrame([(3, "c")], "id long, s string"), path)                  # v1: v0's file removed
+    delta_io.append_once(spark.createDataFrame([(4, "d")], "id long, s string"), path, "t", 1)        # v2
+    parts = str(tmp_path / "p")
+    delta_io.overwrite(spark.createDataFrame([(5, "x")], "id long, s string"), parts, partition_by=("s",))
+    spark.conf.set(delta_io.FILES_AS_PARQUET_KEY, "true")
+    try:
+        latest, v = delta_io.read(spark, path)
+        old, _ = delta_io.read(spark, path, 0)
+        partitioned, _ = delta_io.read(spark, parts)
+    finally:
+        spark.conf.unset(delta_io.FILES_AS_PARQUET_KEY)
+    # A plain Parquet scan lists its files in memory; a Delta scan asks the Delta log (Tahoe*/Delta* index).
+    assert v == 2 and _scan_file_indexes(latest) == ["InMemoryFileIndex"]
+    # The files the pinned version lists, nothing the folder also holds: v0's removed file is not read at v2 ...
+    assert_df_equality(latest, spark.createDataFrame([(3, "c"), (4, "d")], "id long, s string"),
+                       ignore_row_order=True, ignore_nullable=True)
+    # ... and time travel still works: v0 is its own two rows.
+    assert_df_equality(old, spark.createDataFrame([(1, "a"), (2, "b")], "id long, s string"),
+                       ignore_row_order=True, ignore_nullable=True)
+    # A partitioned table's partition values live in its log, not its files: it is read through Delta.
+    assert [("Delta" in i or "Tahoe" in i) for i in _scan_file_indexes(partitioned)] == [True], _scan_file_indexes(partitioned)
+    assert [tuple(r) for r in partitioned.collect()] == [(5, "x")]
+
+
+def _scan_file_indexes(df) -> list[str]:
+    """The class of each file scan's file index in ``df``'s physical plan."""
+    leaves = df._jdf.queryExecution().executedPlan().collectLeaves().iterator()
+    found = []
+    while leaves.hasNext():
+        node = leaves.next()
+        if node.nodeName().endswith("FileSourceScanExec") or node.nodeName().startswith("Scan"):
+            found.append(node.relation().location().getClass().getSimpleName())
+    return found
