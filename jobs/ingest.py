@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -156,8 +156,8 @@ def one_task_per_file(spark: SparkSession):
 
 
 def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> DataFrame:
-    """All fields as strings, plus the raw record text of malformed records and the record number (read inside
-    ``one_task_per_file``); ``source_file`` comes after the split (``bronze_rows``, ``wrong_field_count_rows``)."""
+    """All fields as strings, plus the raw record text of malformed records, the file name and the record
+    number (read inside ``one_task_per_file``)."""
     schema = StructType(list(string_schema(columns).fields) + [StructField(CORRUPT, StringType(), True)])
     return (
         spark.read.schema(schema)
@@ -176,27 +176,24 @@ def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> 
 # Transforms
 # ---------------------------------------------------------------------------------------------------------
 def with_record_number(df: DataFrame) -> DataFrame:
-    """``record_number``, the 0-based index of the record within its file: the row's index within its task, i.e.
-    the low 33 bits of ``monotonically_increasing_id``.
+    """``source_file`` and ``record_number``, the 0-based index of the record within its file: the row's index
+    within its task, i.e. the low 33 bits of ``monotonically_increasing_id``.
 
     Right when a task reads one whole file, in order: a multiLine CSV file is never split, and
     ``one_task_per_file`` keeps files from sharing a task. Must sit right on the scan (nothing that drops or
     reorders rows before it).
+
+    The name is ``_metadata.file_name``, not ``input_file_name()``: that one is cheaper on the CPU, but over a
+    CPU scan (ingest's CSV scan is one under the gpu profile) it keeps the filter and projection above the scan
+    off the GPU as well ("GPU plans may get incorrect file name ... from a CPU scan").
     """
-    return df.select("*", F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
-
-
-def source_file() -> Column:
-    """The name of the file the task is reading: the last segment of ``input_file_name()``, the same string as
-    ``_metadata.file_name`` (both URL-encoded where a name holds characters a URI may not). Cheaper: the scan does
-    not copy every row to append a metadata column, and it is evaluated only on the rows kept (after the
-    corrupt-record filter; no shuffle lies between it and the scan, so the task still knows its file)."""
-    return F.substring_index(F.input_file_name(), "/", -1).alias("source_file")
+    return df.select("*", F.col("_metadata.file_name").alias("source_file"),
+                     F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
 
 
 def bronze_rows(columns: tuple[str, ...]):
     def transform(df: DataFrame) -> DataFrame:
-        return df.where(F.col(CORRUPT).isNull()).select(*columns, source_file(), "record_number")
+        return df.where(F.col(CORRUPT).isNull()).select(*columns, *LINEAGE)
     return transform
 
 
@@ -208,7 +205,7 @@ def wrong_field_count_rows(dataset: str):
         return df.where(F.col(CORRUPT).isNotNull()).select(
             F.lit(dataset).alias("dataset"),
             F.lit(STAGE).alias("stage"),
-            source_file(),
+            "source_file",
             "record_number",
             F.col(CORRUPT).alias("raw"),
             F.lit("wrong_field_count").alias("reason"),
@@ -281,7 +278,7 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
 
 def file_name(spark: SparkSession, path: str) -> str:
     """The name Spark gives ``source_file`` for the file at ``path``: its last segment, URL-encoded as in the
-    path's URI (``input_file_name()`` and ``_metadata.file_name`` alike); the plain name for ordinary names."""
+    path's URI (as ``_metadata.file_name`` reports it in Spark 3.5); the plain name for ordinary names."""
     return str(spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path).toUri().toString()).rsplit("/", 1)[-1]
 
 
