@@ -481,7 +481,8 @@ _TOD_SALT = {"charge": "charge_tod", "payment": "pay_tod", "late_payment": "late
 
 
 def _slot_day(p: Params, c, etype: str, i: int) -> Column:
-    """Day number of the customer's i-th event of a type (the draws of docs/data.md, "Events")."""
+    """Day number of the customer's i-th event of a type (the draws of docs/data.md, "Events"); the customer-level
+    twin of ``_event_day_secs`` (used for support_calls_90d), with the same hashes."""
     n, cutoff = F.col("n"), _epoch_day(p.cutoff)
     U = lambda salt, *k: uniform(p.seed, salt, n, *k)  # noqa: E731
     if etype == "charge":
@@ -490,7 +491,7 @@ def _slot_day(p: Params, c, etype: str, i: int) -> Column:
         offset = _charge_offset(c, i)
         return _days_back(p, offset - F.floor(U("pay_lag", F.lit(i)) * F.least(F.lit(8), offset)))
     if etype == "termination":
-        return F.lit(cutoff + 1) + F.floor(U("term_day") * (C.LABEL_WINDOW_DAYS - 1))
+        return F.lit(cutoff + 1) + F.floor(U("term_day", F.lit(i)) * (C.LABEL_WINDOW_DAYS - 1))
     salt, window = _UNIFORM_WINDOW[etype]
     return _days_back(p, 1 + F.floor(U(salt, F.lit(i)) * F.least(F.lit(window), c["tenure_days"])))
 
@@ -822,7 +823,7 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
     """Event CSV records in file order (customer number, event index, copy), one row per record: file_index,
     line, kind, cascade, last (the file's last record). Partition i is file i.
 
-    A customer's events are numbered in slot order (type in SLOT_TYPES order, then number within the type), so
+    A customer's events are numbered in type order (SLOT_TYPES order, then number within the type), so
     event index idx decodes to (type, number) by comparing it with the customer's cumulative counts: one row
     per event from exploding 0..n_events-1, no per-customer array of events and no sort."""
     seed, n = p.seed, F.col("n")
