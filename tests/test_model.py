@@ -74,6 +74,16 @@ def test_ranking_metrics_agree_with_mllib_on_many_rows(spark):
     assert evaluate.ranking_areas(df) == pytest.approx(tuple(mllib), abs=1e-12)
 
 
+def test_tuning_prefers_the_most_regularised_model_within_the_tolerance():
+    def c(reg, auc, enet=0.0):
+        return {"regParam": reg, "elasticNetParam": enet, "validation_roc_auc": auc}
+    # H200 run 3's validation AUCs: 0.01 gives up 0.0002, within 0.0005 of the best -> 0.01.
+    assert train.choose([c(0.0, 0.81190), c(0.001, 0.81191), c(0.01, 0.81171)])["regParam"] == 0.01
+    # A real loss (0.003) is not given up.
+    assert train.choose([c(0.0, 0.8119), c(0.001, 0.8120), c(0.01, 0.8090)])["regParam"] == 0.001
+    assert train.choose([c(0.01, 0.80, 0.0), c(0.01, 0.80, 0.5)])["elasticNetParam"] == 0.5
+
+
 def test_log_loss(spark):
     expected = -(math.log(0.9) + math.log(0.6) + math.log(0.35) + math.log(0.8)) / 4  # = 0.47228...
     assert evaluate.log_loss(predictions(spark, FOUR)) == pytest.approx(expected)
