@@ -89,6 +89,33 @@ def compare_models(left: dict, right: dict) -> list[str]:
     return diffs
 
 
+def prediction_agreement(spark: SparkSession, left_lake: str, right_lake: str,
+                         run_ids: tuple[str | None, str | None]) -> dict:
+    """Row by row, the two runs' predicted churn probabilities for the same customers (each side's own run
+    slice): how many matched, the largest and mean absolute difference, the share in the same decile. Shown
+    beside the coefficient check because correlated features can leave coefficients unidentifiable while the
+    predictions agree; one aggregation, no collect of rows."""
+    sides = []
+    for lake, run_id, tag in ((left_lake, run_ids[0], "l"), (right_lake, run_ids[1], "r")):
+        path = delta_io.table_path(lake, "predictions")
+        if not delta_io.exists(spark, path):
+            return {}
+        df, _ = delta_io.read(spark, path)
+        if run_id is not None:
+            df = df.where(F.col("run_id") == run_id)
+        sides.append(df.select("customer_id", F.col("churn_probability").alias(f"p_{tag}"),
+                               F.col("decile").alias(f"d_{tag}")))
+    joined = sides[0].join(sides[1], "customer_id", "full_outer")
+    diff = F.abs(F.col("p_l") - F.col("p_r"))
+    row = joined.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum((F.col("p_l").isNotNull() & F.col("p_r").isNotNull()).cast("long")).alias("matched"),
+        F.max(diff).alias("max_abs_diff"), F.avg(diff).alias("mean_abs_diff"),
+        F.avg((F.col("d_l") == F.col("d_r")).cast("double")).alias("same_decile_share"),
+    ).first()  # one row
+    return {k: row[k] for k in ("rows", "matched", "max_abs_diff", "mean_abs_diff", "same_decile_share")}
+
+
 def run(spark: SparkSession, left_out: str, right_out: str) -> dict:
     result = {"tables": {}, "model": {}, "timings": {}}
     for name in TABLES:
@@ -109,7 +136,9 @@ def run(spark: SparkSession, left_out: str, right_out: str) -> dict:
     lm, rm = (r.get("model", {}) for r in reports)
     model_diffs = compare_models(lm, rm)
     result["model"] = {"parity": not model_diffs, "diffs": model_diffs,
-                       "roc_auc": [m.get("metrics", {}).get("test", {}).get("roc_auc") for m in (lm, rm)]}
+                       "roc_auc": [m.get("metrics", {}).get("test", {}).get("roc_auc") for m in (lm, rm)],
+                       "predictions": prediction_agreement(spark, f"{left_out}/lake", f"{right_out}/lake",
+                                                           (lm.get("run_id"), rm.get("run_id")))}
     lt, rt = (r.get("timings", {}) for r in reports)
     result["timings"] = {s: {"left_s": lt[s], "right_s": rt.get(s),
                              "speedup": round(lt[s] / rt[s], 2) if rt.get(s) else None} for s in lt}

@@ -33,10 +33,18 @@ def render(result: dict, left: str, right: str) -> str:
     m = result["model"]
     lines += ["", f"Model: test ROC AUC {m['roc_auc'][0]} vs {m['roc_auc'][1]}; parity {'yes' if m['parity'] else 'NO'}"
               + (f" ({'; '.join(m['diffs'][:5])})" if m["diffs"] else ""), "",
+              *_predictions_line(m.get("predictions") or {}),
               f"| stage | {left} s | {right} s | speed-up |", "| --- | ---: | ---: | ---: |"]
     for stage, t in result["timings"].items():
         lines.append(f"| {stage} | {t['left_s']} | {t['right_s']} | {t['speedup']} |")
     return "\n".join(lines) + "\n"
+
+
+def _predictions_line(p: dict) -> list[str]:
+    if not p:
+        return []
+    return [f"Predictions, customer by customer: {p['matched']} of {p['rows']} matched; probability difference "
+            f"max {p['max_abs_diff']:.3g}, mean {p['mean_abs_diff']:.3g}; same decile {p['same_decile_share']:.4f}", ""]
 
 
 def main(argv: list[str] | None = None) -> int:

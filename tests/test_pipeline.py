@@ -39,6 +39,10 @@ def test_cpu_and_gpu_explain_runs_agree_fully(compared):
     assert expected_tables <= set(result["tables"])
     assert all(t["parity"] and t["rows"][0] == t["rows"][1] > 0 for t in result["tables"].values())
     assert result["model"]["parity"] and result["model"]["roc_auc"][0] == result["model"]["roc_auc"][1]
+    # Both runs fit with MLlib on the same rows: every customer's probability and decile are the same.
+    predictions = result["model"]["predictions"]
+    assert predictions["rows"] == predictions["matched"] > 0 and predictions["same_decile_share"] == 1.0
+    assert predictions["max_abs_diff"] < 1e-12
     assert set(result["timings"]) >= {"ingest", "clean", "features", "train", "score"}
 
 
@@ -139,3 +143,18 @@ def test_bad_pipeline_invocations_stop_before_writing(tmp_path, args, message):
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "run" / "lake").exists() and not (tmp_path / "run" / "data").exists()
+
+
+def test_prediction_agreement_compares_customer_by_customer(spark, tmp_path):
+    from jobs import compare, delta_io
+
+    schema = "customer_id string, churn_probability double, decile int, run_id string"
+    left = [("a", 0.1, 1, "r1"), ("b", 0.5, 5, "r1"), ("c", 0.9, 10, "r1"), ("a", 0.7, 7, "old")]
+    right = [("a", 0.1, 1, "r2"), ("b", 0.52, 6, "r2"), ("c", 0.9, 10, "r2"), ("d", 0.3, 3, "r2")]
+    for side, rows in (("l", left), ("r", right)):
+        delta_io.overwrite(spark.createDataFrame(rows, schema), delta_io.table_path(str(tmp_path / side), "predictions"))
+    got = compare.prediction_agreement(spark, str(tmp_path / "l"), str(tmp_path / "r"), ("r1", "r2"))
+    # The "old" slice on the left is not compared; d is only on the right: 4 rows, 3 matched.
+    assert (got["rows"], got["matched"]) == (4, 3)
+    assert got["max_abs_diff"] == pytest.approx(0.02) and got["mean_abs_diff"] == pytest.approx(0.02 / 3)
+    assert got["same_decile_share"] == pytest.approx(2 / 3)
