@@ -299,27 +299,24 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
         return None
     stats = F.from_json("add.stats", FILE_STATS_SCHEMA)
     rows = (spark.read.schema(COMMIT_SCHEMA).json(commit)
+            .where(F.col("commitInfo").isNotNull() | F.col("add.path").isNotNull())
             .select(((F.col("commitInfo.operation") == "WRITE")
                      & (F.col("commitInfo.operationParameters")["mode"] == "Overwrite")).alias("overwrite"),
                     F.col("add.path").alias("data_file"), stats.alias("s"))
-            .groupBy(F.col("s.minValues.source_file").alias("first_file"),
-                     F.col("s.maxValues.source_file").alias("last_file"))
-            .agg(F.count(F.when(F.col("overwrite"), 1)).alias("overwrites"),
-                 F.count("data_file").alias("data_files"),
-                 F.count(F.when(F.col("s.numRecords").isNotNull() & F.col("s.minValues.record_number").isNotNull()
-                                & F.col("s.maxValues.record_number").isNotNull(), 1)).alias("with_stats"),
-                 F.sum("s.numRecords").alias("rows"), F.min("s.minValues.record_number").alias("first"),
-                 F.max("s.maxValues.record_number").alias("last"))
-            .collect())  # small: one row per input file, plus one for the commit's other actions
-    if sum(r["overwrites"] for r in rows) != 1:
+            .select("overwrite", "data_file", F.col("s.numRecords").alias("rows"),
+                    F.col("s.minValues.source_file").alias("first_file"),
+                    F.col("s.maxValues.source_file").alias("last_file"),
+                    F.col("s.minValues.record_number").alias("first"), F.col("s.maxValues.record_number").alias("last"))
+            .collect())  # small: the commit's own line and one per data file (one per input file); no shuffle
+    if sum(1 for r in rows if r["overwrite"]) != 1:
         return None
-    counts = {}
+    counts: dict[str, tuple[int, int, int]] = {}
     for r in rows:
-        if r["first_file"] is None and r["last_file"] is None:
-            if r["data_files"]:      # data files without a file-name statistic
-                return None
+        if r["data_file"] is None:
             continue
-        if r["first_file"] != r["last_file"] or r["first_file"] not in names or r["with_stats"] != r["data_files"]:
+        if (r["first_file"] is None or r["first_file"] != r["last_file"] or r["first_file"] not in names
+                or r["rows"] is None or r["first"] is None or r["last"] is None):
             return None
-        counts[r["first_file"]] = (r["rows"], r["first"], r["last"])
+        rows_, first, last = counts.get(r["first_file"], (0, r["first"], r["last"]))
+        counts[r["first_file"]] = (rows_ + r["rows"], min(first, r["first"]), max(last, r["last"]))
     return counts
