@@ -33,10 +33,21 @@ def pr_auc(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) ->
     return ranking_areas(df, label, probability)[1]
 
 
+def score_bins(df: DataFrame, bins: int, label: str = LABEL, probability: str = PROBABILITY) -> DataFrame:
+    """(bin, pos, neg): positives and negatives per probability bin ``floor(probability * bins)``, 0..bins-1
+    (probability 1.0 joins the top bin); at most ``bins`` rows whatever the row count. The curves and their
+    areas need this aggregate, never the rows."""
+    y = F.col(label).cast("double")
+    b = F.least(F.floor(F.col(probability).cast("double") * F.lit(float(bins))), F.lit(bins - 1)).cast("long")
+    return (df.where(F.col(probability).isNotNull())
+              .groupBy(b.alias("bin"))
+              .agg(F.sum(y).alias("pos"), F.sum(F.lit(1.0) - y).alias("neg")))
+
+
 def ranking_areas(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> tuple[float, float]:
     """(area under the ROC curve, area under the precision-recall curve), from built-in aggregations only.
 
-    The rows are grouped by score bin (``floor(probability * 2^20)``: at most ~10^6 bins whatever the row count),
+    The rows are grouped by score bin (``score_bins``, width 2^-20: at most ~10^6 bins whatever the row count),
     counting positives and negatives per bin; the curves' points are the bins in descending order, with
     cumulative counts from a window over that small aggregate (one partition, at most ~10^6 rows). Within a bin,
     scores count as tied: a positive/negative pair in one bin scores 1/2, as MLlib scores exact ties, so the
@@ -45,10 +56,7 @@ def ranking_areas(df: DataFrame, label: str = LABEL, probability: str = PROBABIL
     ``BinaryClassificationEvaluator`` (which also groups scores, into 1000 bins of equal row counts), but as
     a shuffle-and-aggregate the RAPIDS Accelerator runs on the GPU, where the evaluator is RDD code on the CPU.
     NaN when the frame holds no positive or no negative row."""
-    y = F.col(label).cast("double")
-    bins = (df.where(F.col(probability).isNotNull())
-              .groupBy(F.floor(F.col(probability).cast("double") * F.lit(float(SCORE_BINS))).alias("bin"))
-              .agg(F.sum(y).alias("pos"), F.sum(F.lit(1.0) - y).alias("neg")))
+    bins = score_bins(df, SCORE_BINS, label, probability)
     # Descending score: a bin's "above" counts are every row of a higher bin.
     above = Window.orderBy(F.col("bin").desc()).rowsBetween(Window.unboundedPreceding, -1)
     upto = Window.orderBy(F.col("bin").desc()).rowsBetween(Window.unboundedPreceding, Window.currentRow)

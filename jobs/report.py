@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import contract, delta_io
+from jobs import contract, delta_io, evaluate
 from jobs.contract import DEFECT_FATE, TABLES
 
 BINS = 1000  # score histogram resolution for the ROC / PR curves (an aggregate, never the rows)
@@ -119,9 +119,8 @@ def accounting(manifest: dict, tables: dict, quarantine: dict, clean: dict | Non
 # ---------------------------------------------------------------------------------------------------------
 def score_histogram(scored: DataFrame) -> list[tuple[int, int, int]]:
     """(bin, positives, negatives) over BINS probability bins: the curves need this aggregate, not the rows."""
-    b = F.least(F.floor(F.col("churn_probability") * BINS), F.lit(BINS - 1)).cast("int")
-    agg = scored.groupBy(b.alias("bin")).agg(F.sum("label").alias("pos"), F.sum(1 - F.col("label")).alias("neg"))
-    return sorted((r["bin"], int(r["pos"]), int(r["neg"])) for r in agg.collect())  # BINS rows at most
+    agg = evaluate.score_bins(scored, BINS, contract.LABEL, "churn_probability")
+    return sorted((int(r["bin"]), int(r["pos"]), int(r["neg"])) for r in agg.collect())  # BINS rows at most
 
 
 def curves(hist: list[tuple[int, int, int]]) -> dict:
