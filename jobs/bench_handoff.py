@@ -55,16 +55,12 @@ def timed_fit(name: str, make_input, fit) -> dict:
 
 def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | None = None,
         only: set[str] | None = None) -> dict:
-    from pyspark.ml.classification import LogisticRegression as MLlibLR
-    from pyspark.ml.feature import VectorAssembler
-
     cols = list(contract.FEATURES)
     train_df, test_df = training_rows(spark, lake, replicate)
     results, reference = [], None
 
     def mllib(df):
-        assembled = VectorAssembler(inputCols=cols, outputCol="features").transform(df)
-        return FittedLogisticRegression.from_model(MLlibLR(**PARAMS).fit(assembled), cols, "pyspark.ml")
+        return _trainer(spark, cols, use_rapids=False).fit(df)
 
     def srml(features_as: str):
         def fit(df):
