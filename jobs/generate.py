@@ -320,9 +320,8 @@ def _cents_str_nonneg(cents: Column) -> Column:
 
 
 def _cents_str(cents: Column) -> Column:
-    """d.cc from a whole number of cents."""
-    return (F.when(cents >= 0, F.concat((cents / 100).cast("long").cast("string"), F.lit("."),
-                                        _two_digits(cents % 100)))
+    """d.cc from a whole number of cents (negative ones through a decimal)."""
+    return (F.when(cents >= 0, _cents_str_nonneg(cents))
             .otherwise((cents.cast("decimal(20,0)") / 100).cast("decimal(20,2)").cast("string")))
 
 
