@@ -10,7 +10,12 @@ are timed:
 - srml_array_f32_sqloff: the same with the RAPIDS SQL plugin switched off for that query;
 - srml_cols_f64_warm: srml_cols_f64 again (the first spark-rapids-ml fit also pays the Python worker's cuML
                     import and CUDA context: the difference is that one-off cost);
-- mllib_grid3, srml_grid3: the train stage's own call, one ``fitMultiple`` over its regParam grid;
+- gpu_probe:        the train stage's GPU check (``ml.check_gpu_available``): one Python task importing what the
+                    fit imports and creating the CUDA context, leaving that worker warm for the fits after it;
+- mllib_grid3, srml_grid3: the train stage's own call, one ``fitMultiple`` over its regParam grid; the model
+                    kept is the grid's most regularised one (the one the train stage's rule picks on this data);
+- srml_grid3_warm:  srml_grid3 again; srml_grid3_tol1e-6: the same with cuML's tolerance at 1e-6 (cuML's ``tol``
+                    bounds the gradient norm relative to the loss, MLlib's the relative change of the loss);
 - cuml_alone:       cuML on data already on the GPU (the floor: no Spark at all).
 Each variant's result: seconds, test ROC AUC, largest relative coefficient difference to MLlib.
     scripts/submit --profile gpu bench-handoff --lake DIR --out results.json [--replicate K] [--variants a,b]
@@ -73,10 +78,11 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
                                                        "spark_rapids_ml")
         return fit
 
-    def grid(use_rapids: bool):
+    def grid(use_rapids: bool, **overrides):
         def fit(df):
-            trainer = _trainer(spark, cols, use_rapids)
-            return trainer.fit_grid(df, [{"regParam": r} for r in train.DEFAULT_REG_PARAMS])[0]
+            trainer = _trainer(spark, cols, use_rapids, **overrides)
+            regs = sorted(train.DEFAULT_REG_PARAMS)
+            return trainer.fit_grid(df, [{"regParam": r} for r in regs])[-1]
         return fit
 
     f32 = lambda: train_df.select(F.col(contract.LABEL), *[F.col(c).cast("float").alias(c) for c in cols])
@@ -90,7 +96,16 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
         ("srml_cols_f64_warm", lambda: train_df, srml("cols")),
         ("mllib_grid3", lambda: train_df, grid(False)),
         ("srml_grid3", lambda: train_df, grid(True)),
+        ("srml_grid3_warm", lambda: train_df, grid(True)),
+        ("srml_grid3_tol1e-6", lambda: train_df, grid(True, tol=1e-6)),
     ]
+    if not only or "gpu_probe" in only:  # before every spark-rapids-ml variant: the fits after it find a warm worker
+        t = time.perf_counter()
+        try:
+            ml.check_gpu_available(spark)
+            results.append({"variant": "gpu_probe", "seconds": round(time.perf_counter() - t, 2)})
+        except Exception as e:
+            results.append({"variant": "gpu_probe", "error": f"{type(e).__name__}: {str(e)[:2000]}"})
     for name, make_input, fit in variants:
         if only and name not in only:
             continue
@@ -106,30 +121,30 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
         model = r.pop("model", None)
         if model is None:
             continue
-        if r["variant"] in ("mllib", "mllib_grid3") and reference is None:
-            reference = model
         scored = test_df.withColumn(evaluate.PROBABILITY, model.probability())
         r["test_roc_auc"] = round(evaluate.roc_auc(scored), 5)
         r["coefficients"] = model.coefficients_by_name()
-    if reference is not None:
-        ref = reference.coefficients_by_name()
-        for r in results:
-            if "coefficients" in r:
-                r["max_rel_coef_diff_vs_mllib"] = max(
-                    abs(r["coefficients"][k] - v) / max(abs(v), 1e-3) for k, v in ref.items())
     for r in results:  # each against MLlib doing the same work (one fit, or the grid)
-        base = next((b["seconds"] for b in results if "seconds" in b
-                     and b["variant"] == ("mllib_grid3" if r["variant"].endswith("grid3") else "mllib")), None)
+        ref = next((b for b in results if b["variant"] == _mllib_peer(r["variant"])), None)
+        if ref is not None and "coefficients" in ref and "coefficients" in r:
+            r["max_rel_coef_diff_vs_mllib"] = max(
+                abs(r["coefficients"][k] - v) / max(abs(v), 1e-3) for k, v in ref["coefficients"].items())
+        base = ref.get("seconds") if ref else None
         if base and r.get("seconds"):
             r["speedup_vs_mllib"] = round(base / r["seconds"], 2)
     return {"replicate": replicate, "params": PARAMS, "variants": results}
 
 
-def _trainer(spark: SparkSession, cols: list[str], use_rapids: bool):
+def _mllib_peer(variant: str) -> str:
+    return "mllib_grid3" if "grid3" in variant else "mllib"
+
+
+def _trainer(spark: SparkSession, cols: list[str], use_rapids: bool, **overrides):
     """The train stage's estimator (jobs.ml) for either back end, whatever the session's profile says."""
     impl = ml.SPARK_RAPIDS_ML if use_rapids else ml.PYSPARK_ML
     with session_conf(spark, {ml.IMPLEMENTATION_KEY: impl}):
-        return ml.logistic_regression(spark, cols, **PARAMS, fitIntercept=True, labelCol=contract.LABEL)
+        return ml.logistic_regression(spark, cols, **{**PARAMS, **overrides}, fitIntercept=True,
+                                      labelCol=contract.LABEL)
 
 
 def _attempt(name, make_input, fit) -> dict:

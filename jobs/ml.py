@@ -12,6 +12,8 @@ converted with ``model.cpu()`` first, so any CPU Spark can load what was saved, 
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -60,7 +62,7 @@ class LogisticRegressionTrainer:
     estimator: Any
     feature_cols: tuple[str, ...]
     prepare: Callable[[DataFrame], DataFrame]
-    check_can_fit: Callable[[], None]
+    check_can_fit: Callable[..., None]  # (wait=True): raises UserError if it cannot fit; wait=False only starts it
     params: dict[str, Any] = field(default_factory=dict)
 
     def fit(self, df: DataFrame) -> "FittedLogisticRegression":
@@ -100,7 +102,7 @@ def _mllib_trainer(feature_cols: tuple[str, ...], params: dict[str, Any]) -> Log
     assembler = VectorAssembler(inputCols=list(feature_cols), outputCol=VECTOR_COL, handleInvalid="error")
     estimator = LogisticRegression(featuresCol=VECTOR_COL, family="binomial", **params)
     return LogisticRegressionTrainer(PYSPARK_ML, estimator, feature_cols, assembler.transform,
-                                     lambda: None, dict(params))
+                                     lambda wait=True: None, dict(params))
 
 
 def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: dict[str, Any]) -> LogisticRegressionTrainer:
@@ -114,41 +116,94 @@ def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: 
 
     estimator = LogisticRegression(featuresCols=list(feature_cols), **params)
     return LogisticRegressionTrainer(SPARK_RAPIDS_ML, estimator, feature_cols, lambda df: df,
-                                     lambda: check_gpu_available(spark), dict(params))
+                                     lambda wait=True: check_gpu_available(spark, wait), dict(params))
 
 
-def check_gpu_available(spark: SparkSession) -> None:
-    """Stop with one clear message unless a Spark task can import cupy and cuML and see a CUDA device.
+# The modules a spark-rapids-ml LogisticRegression fit loads in its Python worker, in the order it loads them.
+GPU_FIT_MODULES = ("cupy", "cupyx", "spark_rapids_ml.classification", "spark_rapids_ml.common.cuml_context",
+                   "cuml.linear_model.logistic_regression_mg")
+_gpu_checks: dict[str, Future] = {}  # application id -> its one probe (running or done)
+_gpu_checks_lock = threading.Lock()
 
-    Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver
-    need not have a GPU. Skipped when CPU fallback is on (then nothing needs the GPU)."""
+
+def start_checks(spark: SparkSession) -> None:
+    """Starts the profile's back-end check in the background, so that it overlaps other work: for
+    spark-rapids-ml the GPU probe, whose Python worker the fit then reuses if the fit starts within Spark's
+    idle-worker timeout (one minute without Python tasks). The check's verdict comes at the fit."""
+    if implementation(spark) == SPARK_RAPIDS_ML:
+        check_gpu_available(spark, wait=False)
+
+
+def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
+    """Stop with one clear message unless a Spark task can import what a spark-rapids-ml fit imports and use a
+    CUDA device. One probe per application, in a background thread; ``wait=False`` only starts it.
+
+    Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver need not
+    have a GPU. The probe is a ``mapInPandas`` over one row, the same kind of Python task the fit runs (under the
+    RAPIDS Accelerator both go through its columnar Python runner), so the Python worker it leaves behind, with
+    those modules imported and a CUDA context on the task's GPU, is the one the fit reuses
+    (``spark.python.worker.reuse``): on the H200 a fit's first Python task paid ~13.5 s that a warm one did not
+    (docs/gpu-validation.md). Skipped when CPU fallback is on (then nothing needs the GPU)."""
     if cpu_fallback_enabled(spark):
         return
+    app = spark.sparkContext.applicationId
+    with _gpu_checks_lock:
+        if app not in _gpu_checks:
+            _gpu_checks[app] = ThreadPoolExecutor(1, thread_name_prefix="gpu-probe").submit(_probe_gpu, spark)
+        check = _gpu_checks[app]
+    if wait:
+        check.result()  # raises the probe's UserError
 
-    def probe(_):  # nested so that it is pickled by value: executors need not import jobs.ml for it
+
+def _probe_gpu(spark: SparkSession) -> None:
+    def probe(batches):  # nested so that it is pickled by value: executors need not import jobs.ml for it
+        import importlib
+        import json
+        import time
+
+        import pandas as pd
+        for _ in batches:
+            pass
+        seconds: dict[str, float] = {}
+
+        def answer(problem: str) -> "pd.DataFrame":
+            return pd.DataFrame({"problem": [problem], "seconds": [json.dumps(seconds)]})
+
+        for name in GPU_FIT_MODULES:
+            t0 = time.time()
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # ImportError, or a CUDA library that fails to load
+                yield answer(f"cannot import {name} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+                return
+            seconds[name] = round(time.time() - t0, 3)
+        t0 = time.time()
         try:
-            import cupy  # noqa: F401
-            import cuml  # noqa: F401
-        except Exception as e:  # ImportError, or a CUDA library that fails to load
-            yield f"cannot import cupy/cuML ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-            return
-        try:
-            n = cupy.cuda.runtime.getDeviceCount()
+            import cupy
+            from pyspark import TaskContext
+            gpus = (TaskContext.get().resources() or {}).get("gpu")
+            device = int(gpus.addresses[0]) if gpus and gpus.addresses else 0
+            cupy.cuda.Device(device).use()
+            cupy.zeros(1).sum().item()  # creates the CUDA context the fit would otherwise create
         except Exception as e:
-            yield f"no usable CUDA device ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            yield answer(f"no usable CUDA device ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
             return
-        yield "" if n > 0 else "no CUDA device visible"
+        seconds["cuda_context"] = round(time.time() - t0, 3)
+        yield answer("")
 
     try:
-        problem = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]  # one probe task, one string back
+        # one probe task, one row back
+        row = spark.range(1, numPartitions=1).mapInPandas(probe, "problem string, seconds string").collect()[0]
+        problem, seconds = row["problem"], row["seconds"]
     except Exception as e:  # the task itself could not run (e.g. it asks for a GPU resource no executor has)
-        problem = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        problem, seconds = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", ""
     if problem:
         raise UserError(
             f"{IMPLEMENTATION_KEY}={SPARK_RAPIDS_ML} needs a GPU with cupy and cuML on the executors, but {problem}: "
             f"run under a GPU host (see shared/gpu/README.md) or use the cpu profile "
             f"({IMPLEMENTATION_KEY}={PYSPARK_ML})"
         )
+    print(f"train: GPU probe passed; seconds in its Python worker: {seconds}", flush=True)
 
 
 @dataclass

@@ -150,7 +150,7 @@ def _per_dataset(record, *fields: str) -> str:
 
 
 def run(spark, args: PipelineArgs) -> dict:
-    from jobs import clean, features, generate, ingest, report, score, train
+    from jobs import clean, features, generate, ingest, ml, report, score, train
 
     progress = Progress()
     ui = spark.sparkContext.uiWebUrl
@@ -169,6 +169,9 @@ def run(spark, args: PipelineArgs) -> dict:
     with plans.stage("clean"):
         records["clean"] = progress.stage("clean", lambda: clean.run(spark, args.lake, args.as_of),
                                           lambda r: _per_dataset(r, "silver", "quarantined", "duplicates_removed"))
+    # The train stage's back-end check (spark-rapids-ml: a GPU probe that leaves a warm Python worker for the
+    # fit) runs beside the features stage instead of before the fit.
+    ml.start_checks(spark)
     with plans.stage("features"):
         records["features"] = progress.stage("features", lambda: features.run(spark, args.lake, args.as_of),
                                              lambda r: _rows(r.counts, "customers", "churned"))

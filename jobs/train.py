@@ -90,22 +90,25 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None = No
     run_id = run_id or default_run_id(gold_version, params)
     check_run_id_reuse(models_dir, run_id, gold_version, params)
 
-    # Build (and check) every estimator before any work, so a bad parameter or a missing GPU stops early.
+    # Build every estimator before any work, so a bad parameter stops early; the back end's pre-fit check (for
+    # spark-rapids-ml a probe task that also warms the Python worker the fit will use) runs beside the split
+    # count, and a missing GPU stops the stage before any fit.
     trainers = estimators(spark, reg_params, elastic_net, max_iter, tol)
-    next(iter(trainers.values())).check_can_fit()
-
+    trainer = next(iter(trainers.values()))
+    trainer.check_can_fit(wait=False)
     split = gold.transform(with_split)
     train_df = split.where(F.col("split") == "train").select(contract.LABEL, *contract.FEATURES)
     validation = split.where(F.col("split") == "validation")
     test = split.where(F.col("split") == "test")
-    counts = {name: n for name, n in split.groupBy("split").count().collect()}
+    counts = {name: n for name, n in split.groupBy("split").count().collect()}  # three rows
+    trainer.check_can_fit()
     if not counts.get("train") or not counts.get("validation") or not counts.get("test"):
         raise UserError(f"gold has too few customers to split into train/validation/test ({counts}): "
                         f"generate more customers")
 
     t0 = time.time()
     grid = [{"regParam": reg, "elasticNetParam": enet} for reg, enet in trainers]
-    fitted = next(iter(trainers.values())).fit_grid(train_df, grid)
+    fitted = trainer.fit_grid(train_df, grid)
     timings["fit_grid"] = round(time.time() - t0, 3)
     print(f"train: {len(grid)} model(s) fitted in {timings['fit_grid']:.1f}s ({fitted[0].implementation})")
     candidates = []
