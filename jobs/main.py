@@ -1,14 +1,16 @@
 """spark-submit's application file. The jobs package itself travels to executors as a zip (--py-files).
 
-The job's SparkSession is stopped here, explicitly, and the interpreter then leaves with ``os._exit``: on the
-H200 host two gpu-profile applications (the pipeline, the hand-off benchmark) printed their last line and never
-exited, their driver Python waiting at interpreter exit while the SparkContext stayed up and held the
-executor. Native GPU libraries imported into the driver (cuML, cupy, RMM through spark-rapids-ml) can leave
-non-daemon threads and exit hooks behind; nothing of the job's remains to be done once Spark is stopped and
-the output flushed, so nothing is waited for.
+When the job is done, its SparkSession is stopped explicitly and the driver JVM is told to exit with the job's
+code, then the interpreter leaves with ``os._exit``. Spark 3.5.5's ``BarrierCoordinator`` keeps a non-daemon
+timer thread that ``spark.stop()`` does not end (SPARK-49479 / SPARK-51450, fixed after 3.5.5), so a driver JVM
+that ran a barrier stage (every spark-rapids-ml fit does) never exits on its own: on the H200 host the gpu
+pipeline and the hand-off benchmark printed their last line and then sat there, holding the executor (a thread
+dump showed only that timer and ``DestroyJavaVM`` left). Nothing of the job remains to be done at that point.
 """
 import os
 import sys
+import time
+import traceback
 
 from jobs.cli import main
 
@@ -21,11 +23,33 @@ def stop_spark() -> None:
         session.stop()
 
 
+def exit_jvm(code: int) -> None:
+    """Asks the driver JVM (spark-submit's) to exit with ``code``, its shutdown hooks run; the py4j call does
+    not come back once the JVM is gone. This process's output reaches the console through a JVM thread, so it
+    is flushed first and given a moment to be copied."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(0.5)
+    try:
+        gateway.jvm.java.lang.System.exit(code)
+    except Exception:  # the connection closes as the JVM exits
+        pass
+
+
 if __name__ == "__main__":
+    code = 1
     try:
         code = main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
     finally:
         stop_spark()
-        sys.stdout.flush()
-        sys.stderr.flush()
+    exit_jvm(code)
     os._exit(code)
