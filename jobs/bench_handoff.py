@@ -16,6 +16,8 @@ are timed:
                     kept is the grid's most regularised one (the one the train stage's rule picks on this data);
 - srml_grid3_warm:  srml_grid3 again; srml_grid3_tol1e-6: the same with cuML's tolerance at 1e-6 (cuML's ``tol``
                     bounds the gradient norm relative to the loss, MLlib's the relative change of the loss);
+- srml_grid3_f64:   the grid with spark-rapids-ml's ``float32_inputs=False`` (cuML in float64; it casts to float32
+                    by default), for coefficient parity with MLlib;
 - cuml_alone:       cuML on data already on the GPU (the floor: no Spark at all).
 Each variant's result: seconds, test ROC AUC, largest relative coefficient difference to MLlib.
     scripts/submit --profile gpu bench-handoff --lake DIR --out results.json [--replicate K] [--variants a,b]
@@ -98,6 +100,7 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
         ("srml_grid3", lambda: train_df, grid(True)),
         ("srml_grid3_warm", lambda: train_df, grid(True)),
         ("srml_grid3_tol1e-6", lambda: train_df, grid(True, tol=1e-6)),
+        ("srml_grid3_f64", lambda: train_df, grid(True, float32_inputs=False)),
     ]
     if not only or "gpu_probe" in only:  # before every spark-rapids-ml variant: the fits after it find a warm worker
         t = time.perf_counter()

@@ -12,7 +12,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import (DoubleType, LongType, StringType, StructField, StructType)
 
-from jobs import clean, delta_io, features, ingest
+from jobs import clean, delta_io, features, ingest, profiles
 from jobs.contract import (CUSTOMER_COLUMNS, EVENT_COLUMNS, FEATURES, ID, LABEL, CUSTOMERS_CSV_SCHEMA,
                            EVENTS_CSV_SCHEMA)
 from jobs.errors import UserError
@@ -562,3 +562,17 @@ def test_stages_take_a_relative_lake_path(spark, tmp_path):
                        "bronze_events": ing.wrote["bronze_events"], "quarantine": ing.wrote["quarantine"]}
     assert ft.counts["customers"] == 1
     assert spark.read.format("delta").load(str(tmp_path / "lake" / "gold" / "customer_features")).count() == 1
+
+
+def test_ingest_runs_with_the_plugins_sql_off_where_the_gpu_profile_says_so(spark, tmp_path, session_conf):
+    """gpu turns the RAPIDS SQL plugin off for ingest (its scan and write stay on the CPU anyway); gpu-explain
+    keeps it on so that the CI gate still judges ingest's transforms; the setting ends with the stage."""
+    assert profiles.load_profile("gpu")[ingest.RAPIDS_SQL_KEY] == "false"
+    assert ingest.RAPIDS_SQL_KEY not in profiles.load_profile("gpu-explain")
+    assert ingest.plugin_conf(spark) == {}
+    session_conf(**{ingest.RAPIDS_SQL_KEY: "false"})
+    assert ingest.plugin_conf(spark) == {"spark.rapids.sql.enabled": "false"}
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", numbered_events(3, bad_every=5))
+    record = ingest.run(spark, inp, str(tmp_path / "lake"))
+    assert record.counts["totals"]["customers"]["bronze"] == 1
+    assert spark.conf.get("spark.rapids.sql.enabled", None) is None
