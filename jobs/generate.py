@@ -332,12 +332,14 @@ def _customer_numbers(spark: SparkSession, p: Params, count: int | None = None) 
     """Customer numbers 0..count-1 (default: all N) for the customer-level passes (calibration, truth): any
     partitioning will do."""
     count = p.customers if count is None else count
-    # About 200,000 customers a task, in whole rounds of the cores; never fewer tasks than cores. Not from
+    # About 500,000 customers a task, in whole rounds of the cores; never fewer tasks than cores. Not from
     # defaultParallelism alone: on a fresh cluster it is 2 until executors register (seen on a 16-core host:
     # calibration ran as 2 tasks for 106 s). Nor spark.sql.shuffle.partitions: each task has a fixed cost
-    # (this job's task binary is large), 200 tasks of 500 customers took 18 s. The output does not depend on it.
+    # (this job's task binary is large, and each task generates its projections' code again: ~0.2 CPU s),
+    # 200 tasks of 500 customers took 18 s; truth at 1M customers took 4.8 CPU s as 6 tasks of 167k, 3.9 as 2.
+    # The output does not depend on it.
     cores = spark.sparkContext.defaultParallelism
-    parallelism = cores * max(1, math.ceil(count / 200_000 / cores))
+    parallelism = cores * max(1, math.ceil(count / 500_000 / cores))
     parts = min(p.partitions or parallelism, count)
     return spark.range(0, count, 1, parts).select(F.col("id").alias("n"))
 
