@@ -36,6 +36,9 @@ ADDED_ROW_KINDS = ("exact_duplicate", "conflicting_duplicate", "unknown_customer
 # Kinds whose row clean quarantines, leaving its customer with no row at all when it is the only one.
 REJECTING_KINDS = tuple(k for k, (fate, _) in C.DEFECT_FATE.items()
                         if fate == C.QUARANTINE and k not in ADDED_ROW_KINDS)
+# Defect kinds inside the plans are small integers (0: clean): between operators an int is copied and compared for
+# nothing, where a kind's name costs a byte copy at every operator and a byte comparison at every test.
+KIND_CODE = {"none": 0, **{k: i + 1 for i, k in enumerate(KINDS_ALL)}}
 MAX_CUSTOMERS = 4_999_999_999   # ids of unknown customers (customers + n) must fit C + 10 digits
 EVENT_SLOTS = 100               # event_id = customer number * 100 + event index (< 72 events per customer)
 
@@ -329,12 +332,14 @@ def _customer_numbers(spark: SparkSession, p: Params, count: int | None = None) 
     """Customer numbers 0..count-1 (default: all N) for the customer-level passes (calibration, truth): any
     partitioning will do."""
     count = p.customers if count is None else count
-    # About 200,000 customers a task, in whole rounds of the cores; never fewer tasks than cores. Not from
+    # About 500,000 customers a task, in whole rounds of the cores; never fewer tasks than cores. Not from
     # defaultParallelism alone: on a fresh cluster it is 2 until executors register (seen on a 16-core host:
     # calibration ran as 2 tasks for 106 s). Nor spark.sql.shuffle.partitions: each task has a fixed cost
-    # (this job's task binary is large), 200 tasks of 500 customers took 18 s. The output does not depend on it.
+    # (this job's task binary is large, and each task generates its projections' code again: ~0.2 CPU s),
+    # 200 tasks of 500 customers took 18 s; truth at 1M customers took 4.8 CPU s as 6 tasks of 167k, 3.9 as 2.
+    # The output does not depend on it.
     cores = spark.sparkContext.defaultParallelism
-    parallelism = cores * max(1, math.ceil(count / 200_000 / cores))
+    parallelism = cores * max(1, math.ceil(count / 500_000 / cores))
     parts = min(p.partitions or parallelism, count)
     return spark.range(0, count, 1, parts).select(F.col("id").alias("n"))
 
@@ -447,7 +452,7 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     c["n_pre_cutoff"] = sum(c[k] for k in ("n_charges", "n_payments", "n_late", "n_support", "n_usage", "n_plan"))
     c["logit_x"] = _logit_without_intercept(c)
     c["kind"] = _kind_expr(U("defect"), p, "customers")
-    c["rejected"] = c["kind"].isin(*REJECTING_KINDS)
+    c["rejected"] = c["kind"].isin(*_codes(REJECTING_KINDS))
     if b0 is not None:
         c["churn_probability"] = 1.0 / (1.0 + F.exp(-(F.lit(b0) + c["logit_x"])))
         c["churned"] = U("churn") < c["churn_probability"]
@@ -595,19 +600,23 @@ def churn_summary(truth: DataFrame, p: Params) -> dict:
 # =========================================================================================================
 # Defects
 # =========================================================================================================
+def _codes(kinds) -> list[int]:
+    return [KIND_CODE[k] for k in kinds]
+
+
 def _kind_expr(u: Column, p: Params, dataset: str, demote: Column | None = None) -> Column:
-    """The defect kind of a row ('none' when clean), by cumulative per-kind rates (clean rows: one test).
-    Where ``demote`` holds, the kinds that quarantine the row or add an unknown customer's copy give 'none'."""
+    """The defect kind of a row as its KIND_CODE (0 when clean), by cumulative per-kind rates (clean rows: one
+    test). Where ``demote`` holds, the kinds that quarantine the row or add an unknown customer's copy give 0."""
     acc, expr = 0.0, None
     for kind in C.DEFECT_KINDS[dataset]:
         if p.rates[kind] <= 0:
             continue
         acc += p.rates[kind]
-        value = F.lit(kind)
+        value = F.lit(KIND_CODE[kind])
         if demote is not None and kind in REJECTING_KINDS + ("unknown_customer",):
-            value = F.when(demote, "none").otherwise(kind)
+            value = F.when(demote, 0).otherwise(KIND_CODE[kind])
         expr = F.when(u < acc, value) if expr is None else expr.when(u < acc, value)
-    return F.lit("none") if expr is None else F.when(u >= acc, "none").otherwise(expr.otherwise("none"))
+    return F.lit(0) if expr is None else F.when(u >= acc, 0).otherwise(expr.otherwise(0))
 
 
 _SPELLING_OF = {col: {canon: next((s for s, c in sp.items() if c == canon), None) for canon in C.CATEGORIES[col]}
@@ -656,10 +665,11 @@ def _with_defect(df: DataFrame, dataset: str, kind: Column, u_field: Column,
     for k, (names, make) in rules.items():
         choice = F.floor(u_field * len(names)).cast("int")
         idx = F.element_at(F.array(*[F.lit(columns.index(c)) for c in names]), choice + 1)
-        target = F.when(kind == k, idx) if target is None else target.when(kind == k, idx)
-        value = F.when(kind == k, make(choice)) if value is None else value.when(kind == k, make(choice))
-    return df.select("*", kind.alias("row_kind"), F.when(kind != "none", target).alias("_target"),
-                     F.when(kind != "none", value).alias("_bad"))
+        code = KIND_CODE[k]
+        target = F.when(kind == code, idx) if target is None else target.when(kind == code, idx)
+        value = F.when(kind == code, make(choice)) if value is None else value.when(kind == code, make(choice))
+    return df.select("*", kind.alias("row_kind"), F.when(kind != 0, target).alias("_target"),
+                     F.when(kind != 0, value).alias("_bad"))
 
 
 def _defect_line(fields: dict[str, Column], dataset: str, u_var: Column, first: Column,
@@ -677,7 +687,7 @@ def _defect_line(fields: dict[str, Column], dataset: str, u_var: Column, first: 
     pieces = [header]
     for i, c in enumerate(columns):
         pieces += ([F.lit(",")] if i else []) + [(plain or {}).get(c, fields[c])]
-    as_is = F.col("_target").isNull() & (F.col("row_kind") != "wrong_field_count")
+    as_is = F.col("_target").isNull() & (F.col("row_kind") != KIND_CODE["wrong_field_count"])
     return F.when(as_is, F.concat(*pieces)).otherwise(_defect_line_slow(fields, dataset, u_var, header))
 
 
@@ -691,7 +701,7 @@ def _defect_line_slow(fields: dict[str, Column], dataset: str, u_var: Column, he
         # Only the free text can hold ',', '"' or a newline: every other value comes from a fixed vocabulary,
         # a number or a date (defects included), so only it is checked for quoting.
         parts.append(csv_field(v) if c == free_text else v)
-    wrong = kind == "wrong_field_count"
+    wrong = kind == KIND_CODE["wrong_field_count"]
     return F.concat(
         header,
         F.concat_ws(",", *parts[:-1]),
@@ -750,13 +760,13 @@ def customer_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> Da
     seed, n = p.seed, F.col("n")
     U = lambda salt, *k: uniform(seed, salt, n, *k)  # noqa: E731
     latent = _customers(_file_blocks(spark, p.customers, n_files), p, b0)
-    copies = (F.when(F.col("kind") == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
-              .when(F.col("kind") == "conflicting_duplicate", F.array(F.lit(0), F.lit(2)))
+    copies = (F.when(F.col("kind") == KIND_CODE["exact_duplicate"], F.array(F.lit(0), F.lit(1)))
+              .when(F.col("kind") == KIND_CODE["conflicting_duplicate"], F.array(F.lit(0), F.lit(2)))
               .otherwise(F.array(F.lit(0))))
     df = latent.select("*", F.explode_outer(copies).alias("copy"))
     copy = F.col("copy")
-    kind = (F.when(copy == 1, "exact_duplicate").when(copy == 2, "conflicting_duplicate")
-            .when(F.col("kind").isin(*ADDED_ROW_KINDS), "none").otherwise(F.col("kind")))
+    kind = (F.when(copy == 1, KIND_CODE["exact_duplicate"]).when(copy == 2, KIND_CODE["conflicting_duplicate"])
+            .when(F.col("kind").isin(*_codes(ADDED_ROW_KINDS)), 0).otherwise(F.col("kind")))
     older = copy == 2
     # The older, superseded version: earlier updated_at, another contract, payment method and price.
     contracts, payments = C.CATEGORIES["contract_type"], C.CATEGORIES["payment_method"]
@@ -806,7 +816,7 @@ def customer_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> Da
         "tricky_quoting": (["address"], lambda ch: _tricky(F.col("address"), u_var, "Apt 4")),
     }
     df = _with_defect(df, "customers", kind, U("defect_field", copy), rules)
-    added = F.col("kind").isin("exact_duplicate", "conflicting_duplicate")
+    added = F.col("kind").isin(*_codes(("exact_duplicate", "conflicting_duplicate")))
     first = (n == F.col("block_start")) & (copy == 0)
     last = (n == F.col("block_end") - 1) & ((copy != 0) | ~added)
     return df.select("file_index", _defect_line(fields, "customers", u_var, first, plain={
@@ -854,7 +864,7 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
     U = lambda salt, *k: uniform(seed, salt, key, *k)  # noqa: E731
     # Rejected customers' events stay clean (clean sets them all aside); a termination is never quarantined,
     # so every churner's label reaches gold.
-    bkind = F.when(F.col("rejected"), "none").otherwise(
+    bkind = F.when(F.col("rejected"), 0).otherwise(
         _kind_expr(U("defect"), p, "events", demote=(t == code["termination"])))
     df = df.select(
         "file_index", "block_start", "block_end", "n", "customer_id", "rejected", "n_events", "idx",
@@ -875,15 +885,15 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
     # A second projection, so that the generator reads the kind as a column (a generator's input is evaluated
     # by the interpreter, outside the generated code).
     bkind = F.col("bkind")
-    copies = (F.when(bkind == "exact_duplicate", F.array(F.lit(0), F.lit(1)))
-              .when(bkind == "unknown_customer", F.array(F.lit(0), F.lit(2)))
+    copies = (F.when(bkind == KIND_CODE["exact_duplicate"], F.array(F.lit(0), F.lit(1)))
+              .when(bkind == KIND_CODE["unknown_customer"], F.array(F.lit(0), F.lit(2)))
               .otherwise(F.array(F.lit(0))))
     df = df.select("*", F.explode_outer(copies).alias("copy"))
 
     # The record.
     copy = F.col("copy")
-    kind = (F.when(copy == 1, "exact_duplicate").when(copy == 2, "unknown_customer")
-            .when(F.col("bkind").isin(*ADDED_ROW_KINDS), "none").otherwise(F.col("bkind")))
+    kind = (F.when(copy == 1, KIND_CODE["exact_duplicate"]).when(copy == 2, KIND_CODE["unknown_customer"])
+            .when(F.col("bkind").isin(*_codes(ADDED_ROW_KINDS)), 0).otherwise(F.col("bkind")))
     stranger = n + p.customers   # a customer number no customer row has
     owner = F.when(copy == 2, stranger).otherwise(n)
     fields = {
@@ -921,7 +931,7 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
                                                         "follow-up")),
     }
     df = _with_defect(df, "events", kind, U("defect_field", copy), rules)
-    added = F.col("bkind").isin("exact_duplicate", "unknown_customer")
+    added = F.col("bkind").isin(*_codes(("exact_duplicate", "unknown_customer")))
     first = (n == F.col("block_start")) & (F.col("idx") == 0) & (copy == 0)
     last = (n == F.col("block_end") - 1) & (F.col("idx") == F.col("n_events") - 1) & ((copy != 0) | ~added)
     return df.select("file_index", _defect_line(fields, "events", u_var, first, plain={
@@ -955,7 +965,7 @@ def _write_dataset(fs: "_Fs", dataset: str, rows: DataFrame, n_files: int, p: Pa
                F.count(F.when(F.col("_part") != F.col("file_index"), 1)).alias("_misplaced"),
                F.concat_ws(",", F.collect_list(F.when(F.col("last"), F.concat_ws(
                    ":", F.col("file_index").cast("string"), records_so_far.cast("string"))))).alias("_ends")]
-    metrics += [F.count(F.when(F.col("kind") == k, 1)).alias(k) for k in C.DEFECT_KINDS[dataset]]
+    metrics += [F.count(F.when(F.col("kind") == KIND_CODE[k], 1)).alias(k) for k in C.DEFECT_KINDS[dataset]]
     tmp = f"_tmp/{dataset}"
     # The text writer writes each string's bytes as they are (the invalid_utf8 defect's lone 0xE9 included),
     # each followed by "\n"; a record's quoted newline is written as is.
