@@ -9,6 +9,7 @@ quantiles ``q_k``. With ties at a boundary a decile can hold more or fewer than 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -33,14 +34,15 @@ def pr_auc(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) ->
     return ranking_areas(df, label, probability)[1]
 
 
-def score_bins(df: DataFrame, bins: int, label: str = LABEL, probability: str = PROBABILITY) -> DataFrame:
-    """(bin, pos, neg): positives and negatives per probability bin ``floor(probability * bins)``, 0..bins-1
-    (probability 1.0 joins the top bin); at most ``bins`` rows whatever the row count. The curves and their
-    areas need this aggregate, never the rows."""
+def score_bins(df: DataFrame, bins: int, label: str = LABEL, probability: str = PROBABILITY,
+               by: str | None = None) -> DataFrame:
+    """([by,] bin, pos, neg): positives and negatives per probability bin ``floor(probability * bins)``,
+    0..bins-1 (probability 1.0 joins the top bin), per value of the column ``by`` if given; at most ``bins``
+    rows per value whatever the row count. The curves and their areas need this aggregate, never the rows."""
     y = F.col(label).cast("double")
     b = F.least(F.floor(F.col(probability).cast("double") * F.lit(float(bins))), F.lit(bins - 1)).cast("long")
     return (df.where(F.col(probability).isNotNull())
-              .groupBy(b.alias("bin"))
+              .groupBy(*([F.col(by)] if by else []), b.alias("bin"))
               .agg(F.sum(y).alias("pos"), F.sum(F.lit(1.0) - y).alias("neg")))
 
 
@@ -56,26 +58,42 @@ def ranking_areas(df: DataFrame, label: str = LABEL, probability: str = PROBABIL
     ``BinaryClassificationEvaluator`` (which also groups scores, into 1000 bins of equal row counts), but as
     a shuffle-and-aggregate the RAPIDS Accelerator runs on the GPU, where the evaluator is RDD code on the CPU.
     NaN when the frame holds no positive or no negative row."""
-    bins = score_bins(df, SCORE_BINS, label, probability)
-    # Descending score: a bin's "above" counts are every row of a higher bin.
-    above = Window.orderBy(F.col("bin").desc()).rowsBetween(Window.unboundedPreceding, -1)
-    upto = Window.orderBy(F.col("bin").desc()).rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    first = Window.orderBy(F.col("bin").desc())
+    return ranking_areas_of(df, [probability], label)[0]
+
+
+def ranking_areas_of(df: DataFrame, probabilities: Sequence[str], label: str = LABEL) -> list[tuple[float, float]]:
+    """``ranking_areas`` of several probability columns of one frame (e.g. every model of a tuning grid scored
+    on the validation rows), from one scan of the frame: the columns are stacked as (model, probability) rows and
+    binned per model, the windows run per model."""
+    if len(probabilities) == 1:
+        rows = df.select(F.lit(0).alias("model"), F.col(label), F.col(probabilities[0]).alias(PROBABILITY))
+    else:
+        stacked = F.explode(F.array(*[F.struct(F.lit(i).alias("model"), F.col(c).cast("double").alias(PROBABILITY))
+                                      for i, c in enumerate(probabilities)])).alias("s")
+        rows = df.select(F.col(label), stacked).select(label, "s.model", f"s.{PROBABILITY}")
+    bins = score_bins(rows, SCORE_BINS, label, PROBABILITY, by="model")
+    # Descending score: a bin's "above" counts are every row of a higher bin of the same model.
+    order = Window.partitionBy("model").orderBy(F.col("bin").desc())
+    above = order.rowsBetween(Window.unboundedPreceding, -1)
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     curve = (bins.withColumn("pos_above", F.coalesce(F.sum("pos").over(above), F.lit(0.0)))
                  .withColumn("tp", F.sum("pos").over(upto))
                  .withColumn("fp", F.sum("neg").over(upto))
                  .withColumn("precision", F.col("tp") / (F.col("tp") + F.col("fp")))
                  # The curve starts at recall 0 with the precision of the highest score (MLlib's convention).
-                 .withColumn("precision_before", F.coalesce(F.lag("precision", 1).over(first), F.col("precision"))))
-    row = curve.agg(
+                 .withColumn("precision_before", F.coalesce(F.lag("precision", 1).over(order), F.col("precision"))))
+    found = {r["model"]: r for r in curve.groupBy("model").agg(
         F.sum("pos").alias("p"), F.sum("neg").alias("n"),
         F.sum(F.col("neg") * (F.col("pos_above") + F.col("pos") / F.lit(2.0))).alias("roc_pairs"),
         F.sum(F.col("pos") * (F.col("precision") + F.col("precision_before")) / F.lit(2.0)).alias("pr_sum"),
-    ).first()  # one row
-    p, n = float(row["p"] or 0.0), float(row["n"] or 0.0)
-    if p == 0.0 or n == 0.0:
-        return math.nan, math.nan
-    return float(row["roc_pairs"]) / (p * n), float(row["pr_sum"]) / p
+    ).collect()}  # one row per probability column
+    areas = []
+    for i in range(len(probabilities)):
+        row = found.get(i)
+        p, n = (float(row["p"] or 0.0), float(row["n"] or 0.0)) if row else (0.0, 0.0)
+        areas.append((math.nan, math.nan) if p == 0.0 or n == 0.0
+                     else (float(row["roc_pairs"]) / (p * n), float(row["pr_sum"]) / p))
+    return areas
 
 
 def log_loss(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> float:

@@ -74,6 +74,22 @@ def test_ranking_metrics_agree_with_mllib_on_many_rows(spark):
     assert evaluate.ranking_areas(df) == pytest.approx(tuple(mllib), abs=1e-12)
 
 
+def test_ranking_areas_of_several_columns_in_one_pass(spark):
+    # Three models scored on the same four rows (labels 0, 0, 1, 1): FOUR's scores (3/4, PR as above), a perfect
+    # ranking (1, 1), a reversed one (0; PR: the two negatives first, then both positives at recall 1:
+    # (0, 0) -> (0, 0) -> (0.5, 1/3) -> (1, 1/2), trapezoids 0.5 * (0 + 1/3) / 2 + 0.5 * (1/3 + 1/2) / 2).
+    df = spark.createDataFrame([(0.0, 0.1, 0.2, 0.9), (0.0, 0.4, 0.1, 0.8), (1.0, 0.35, 0.7, 0.3), (1.0, 0.8, 0.9, 0.1)],
+                               "label double, a double, b double, c double")
+    got = evaluate.ranking_areas_of(df, ["a", "b", "c"])
+    assert [g[0] for g in got] == pytest.approx([0.75, 1.0, 0.0])
+    assert [g[1] for g in got] == pytest.approx([0.5 + 0.5 * (0.5 + 2 / 3) / 2, 1.0,
+                                                 0.5 * (1 / 3) / 2 + 0.5 * (1 / 3 + 1 / 2) / 2])
+    # A column with no usable score reports NaN for itself only.
+    nulls = df.withColumn("d", F.lit(None).cast("double"))
+    aucs = evaluate.ranking_areas_of(nulls, ["a", "d"])
+    assert aucs[0] == pytest.approx((0.75, 0.5 + 0.5 * (0.5 + 2 / 3) / 2)) and all(math.isnan(x) for x in aucs[1])
+
+
 def test_tuning_prefers_the_most_regularised_model_within_the_tolerance():
     def c(reg, auc, enet=0.0):
         return {"regParam": reg, "elasticNetParam": enet, "validation_roc_auc": auc}
