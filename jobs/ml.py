@@ -142,14 +142,16 @@ def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
     have a GPU. The probe is a ``mapInPandas`` over one row, the same kind of Python task the fit runs (under the
     RAPIDS Accelerator both go through its columnar Python runner), so the Python worker it leaves behind, with
     those modules imported and a CUDA context on the task's GPU, is the one the fit reuses
-    (``spark.python.worker.reuse``): on the H200 a fit's first Python task paid ~13.5 s that a warm one did not
-    (docs/gpu-validation.md). Skipped when CPU fallback is on (then nothing needs the GPU)."""
+    (``spark.python.worker.reuse``): on the H200 the grid's fit fell from 23.6 s to 11.5 s, its wait for data from
+    ~14.7 s to ~3 s (docs/gpu-validation.md, runs 3 and 4). Skipped when CPU fallback is on (then nothing needs the GPU)."""
     if cpu_fallback_enabled(spark):
         return
     app = spark.sparkContext.applicationId
     with _gpu_checks_lock:
         if app not in _gpu_checks:
-            _gpu_checks[app] = ThreadPoolExecutor(1, thread_name_prefix="gpu-probe").submit(_probe_gpu, spark)
+            pool = ThreadPoolExecutor(1, thread_name_prefix="gpu-probe")
+            _gpu_checks[app] = pool.submit(_probe_gpu, spark)
+            pool.shutdown(wait=False)  # the probe runs on; its thread ends with it
         check = _gpu_checks[app]
     if wait:
         check.result()  # raises the probe's UserError
@@ -169,12 +171,15 @@ def _probe_gpu(spark: SparkSession) -> None:
         def answer(problem: str) -> "pd.DataFrame":
             return pd.DataFrame({"problem": [problem], "seconds": [json.dumps(seconds)]})
 
+        def why(e: Exception) -> str:
+            return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
         for name in GPU_FIT_MODULES:
             t0 = time.time()
             try:
                 importlib.import_module(name)
             except Exception as e:  # ImportError, or a CUDA library that fails to load
-                yield answer(f"cannot import {name} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+                yield answer(f"cannot import {name} ({why(e)})")
                 return
             seconds[name] = round(time.time() - t0, 3)
         t0 = time.time()
@@ -186,7 +191,7 @@ def _probe_gpu(spark: SparkSession) -> None:
             cupy.cuda.Device(device).use()
             cupy.zeros(1).sum().item()  # creates the CUDA context the fit would otherwise create
         except Exception as e:
-            yield answer(f"no usable CUDA device ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            yield answer(f"no usable CUDA device ({why(e)})")
             return
         seconds["cuda_context"] = round(time.time() - t0, 3)
         yield answer("")
