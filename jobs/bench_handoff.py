@@ -64,7 +64,7 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
         only: set[str] | None = None) -> dict:
     cols = list(contract.FEATURES)
     train_df, test_df = training_rows(spark, lake, replicate)
-    results, reference = [], None
+    results = []
 
     def mllib(df):
         return _trainer(spark, cols, use_rapids=False).fit(df)
@@ -108,7 +108,7 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
             ml.check_gpu_available(spark)
             results.append({"variant": "gpu_probe", "seconds": round(time.perf_counter() - t, 2)})
         except Exception as e:
-            results.append({"variant": "gpu_probe", "error": f"{type(e).__name__}: {str(e)[:2000]}"})
+            results.append({"variant": "gpu_probe", "error": _error(e)})
     for name, make_input, fit in variants:
         if only and name not in only:
             continue
@@ -150,11 +150,15 @@ def _trainer(spark: SparkSession, cols: list[str], use_rapids: bool, **overrides
                                       labelCol=contract.LABEL)
 
 
+def _error(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e)[:2000]}"
+
+
 def _attempt(name, make_input, fit) -> dict:
     try:
         return timed_fit(name, make_input, fit)
     except Exception as e:  # one variant failing must not cost the others' figures
-        return {"variant": name, "error": f"{type(e).__name__}: {str(e)[:2000]}",
+        return {"variant": name, "error": _error(e),
                 "trace": traceback.format_exc()[-3000:]}
 
 

@@ -224,8 +224,7 @@ _SALTS = {name: i + 1 for i, name in enumerate((
 
 def uniform(seed: int, salt: str, *keys: Column) -> Column:
     """A pseudo-random double in [0, 1): the top 53 bits of xxhash64(seed, salt, keys)."""
-    h = F.xxhash64(F.lit(seed).cast("long"), F.lit(_SALTS[salt]).cast("long"), *[k.cast("long") for k in keys])
-    return F.shiftrightunsigned(h, 11) / float(1 << 53)
+    return uniform_salted(seed, F.lit(_SALTS[salt]), *keys)
 
 
 def uniform_salted(seed: int, salt: Column, *keys: Column) -> Column:

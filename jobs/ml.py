@@ -197,8 +197,8 @@ def _probe_gpu(spark: SparkSession) -> None:
         yield answer("")
 
     try:
-        # one probe task, one row back
-        row = spark.range(1, numPartitions=1).mapInPandas(probe, "problem string, seconds string").collect()[0]
+        probed = spark.range(1, numPartitions=1).mapInPandas(probe, "problem string, seconds string")
+        row = probed.collect()[0]  # one probe task, one row back
         problem, seconds = row["problem"], row["seconds"]
     except Exception as e:  # the task itself could not run (e.g. it asks for a GPU resource no executor has)
         problem, seconds = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", ""
