@@ -35,6 +35,11 @@ from jobs.errors import UserError
 from jobs.session import get_spark
 
 STAGE = "clean"
+# Whether the two classified frames are persisted for their two writes each (silver, then quarantine). The cpu
+# profile keeps the default (the checks are the costly part on a CPU, and run once); gpu profiles set it to
+# false: the GPU classifies again faster than Spark builds and reads a CPU-side cache of its output (H200 run 4:
+# building the caches took 23 of clean's 57 s, on the CPU, with RAPIDS 25.04; docs/gpu-validation.md).
+PERSIST_KEY = "spark.churn.clean.persist"
 LINEAGE = ("source_file", "record_number")
 KEPT = "kept"          # value of the internal _fate column for rows that go to silver
 DUPLICATE = "duplicate"
@@ -56,21 +61,19 @@ def run(spark: SparkSession, lake: str, as_of: str) -> delta_io.StageRecord:
     bronze_e, record.read["bronze_events"] = read_table(spark, lake, "bronze_events")
     ingest_q, record.read["quarantine"] = read_table(spark, lake, "quarantine")
 
-    # Each classified frame feeds two writes (silver, quarantine): persisted so the checks run once.
-    customers = (bronze_c.transform(with_checks("customers", as_of))
-                 .transform(with_duplicates_marked(CUSTOMER_COLUMNS))
-                 .transform(with_superseded_marked)
-                 .persist(StorageLevel.MEMORY_AND_DISK))
+    # Each classified frame feeds two writes (silver, quarantine): held (see PERSIST_KEY) so the checks run once.
+    customers = held(spark, bronze_c.transform(with_checks("customers", as_of))
+                     .transform(with_duplicates_marked(CUSTOMER_COLUMNS))
+                     .transform(with_superseded_marked))
     record.wrote["silver_customers"] = delta_io.overwrite(
         customers.transform(silver_rows("customers")).repartition("customer_id"),
         delta_io.table_path(lake, "silver_customers"))
     silver_c, _ = delta_io.read(spark, delta_io.table_path(lake, "silver_customers"),
                                 record.wrote["silver_customers"])
 
-    events = (bronze_e.transform(with_checks("events", as_of))
-              .transform(with_duplicates_marked(EVENT_COLUMNS))
-              .transform(with_customer_reasons(customer_row_ids(bronze_c, ingest_q), silver_c))
-              .persist(StorageLevel.MEMORY_AND_DISK))
+    events = held(spark, bronze_e.transform(with_checks("events", as_of))
+                  .transform(with_duplicates_marked(EVENT_COLUMNS))
+                  .transform(with_customer_reasons(customer_row_ids(bronze_c, ingest_q), silver_c)))
     # Hash by customer: the features stage aggregates per customer; adaptive execution sizes the files.
     record.wrote["silver_events"] = delta_io.overwrite(
         events.transform(silver_rows("events")).repartition("customer_id"),
@@ -97,6 +100,15 @@ def main(argv: list[str]) -> int:
     record = run(get_spark("clean"), args.lake, args.as_of)
     print(f"clean: wrote {record.wrote}; totals {record.counts['totals']}; record {record.save(args.lake)}")
     return 0
+
+
+def held(spark: SparkSession, df: DataFrame) -> DataFrame:
+    """``df`` persisted (memory, then disk) unless the profile sets ``PERSIST_KEY`` to false; then each write
+    computes it again. Every step is deterministic (each window has a total order), so both ways write the
+    same rows."""
+    if spark.conf.get(PERSIST_KEY, "true").strip().lower() == "false":
+        return df
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def read_table(spark: SparkSession, lake: str, name: str) -> tuple[DataFrame, int]:

@@ -516,7 +516,8 @@ def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
 # ---------------------------------------------------------------------------------------------------------
 # clean + features through the stage entry points on a tiny lake (idempotence of the writes)
 # ---------------------------------------------------------------------------------------------------------
-def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_path):
+def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_path, session_conf):
+    """The rerun also recomputes its classified frames instead of persisting them (gpu profiles do): same rows."""
     lake = str(tmp_path / "lake")
     bc = bronze(spark, "customers", [customer(0, customer_id="C1"), customer(1, customer_id="C1"),
                                      customer(2, customer_id="C2", contract_type="??")])
@@ -529,6 +530,14 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     first = clean.run(spark, lake, AS_OF)
     snapshot = {t: spark.read.format("delta").load(delta_io.table_path(lake, t)).collect()
                 for t in ("silver_customers", "silver_events", "quarantine")}
+    assert profiles.load_profile("gpu")[clean.PERSIST_KEY] == "false"
+    assert profiles.load_profile("gpu-explain")[clean.PERSIST_KEY] == "false"
+    assert clean.PERSIST_KEY not in profiles.load_profile("cpu")
+    kept = clean.held(spark, bc)
+    assert kept.is_cached
+    kept.unpersist()
+    session_conf(**{clean.PERSIST_KEY: "false"})
+    assert not clean.held(spark, bc).is_cached
     second = clean.run(spark, lake, AS_OF)
     for t, rows in snapshot.items():
         again = spark.read.format("delta").load(delta_io.table_path(lake, t))
