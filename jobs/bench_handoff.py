@@ -17,7 +17,8 @@ are timed:
 - srml_grid3_warm:  srml_grid3 again; srml_grid3_tol1e-6: the same with cuML's tolerance at 1e-6 (cuML's ``tol``
                     bounds the gradient norm relative to the loss, MLlib's the relative change of the loss);
 - srml_grid3_f64:   the grid with spark-rapids-ml's ``float32_inputs=False`` (cuML in float64; it casts to float32
-                    by default), for coefficient parity with MLlib;
+                    by default), for coefficient parity with MLlib (the other srml variants are float32 whatever
+                    the profile's ``spark.churn.ml.float32Inputs``);
 - cuml_alone:       cuML on data already on the GPU (the floor: no Spark at all).
 Each variant's result: seconds, test ROC AUC, largest relative coefficient difference to MLlib.
     scripts/submit --profile gpu bench-handoff --lake DIR --out results.json [--replicate K] [--variants a,b]
@@ -81,6 +82,9 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
         return fit
 
     def grid(use_rapids: bool, **overrides):
+        if use_rapids:  # float32 unless the variant says otherwise, whatever the profile sets
+            overrides = {"float32_inputs": True, **overrides}
+
         def fit(df):
             trainer = _trainer(spark, cols, use_rapids, **overrides)
             regs = sorted(train.DEFAULT_REG_PARAMS)

@@ -44,7 +44,7 @@ DEFAULT_MAX_ITER = 300
 SELECTION_AUC_TOLERANCE = 0.0005  # validation AUC a more regularised model may give up (see the docstring)
 RUNS_APP_ID = "train"
 # Spark properties recorded in run.json because they change how or where the model is fitted.
-RECORDED_PROPERTIES = (ml.IMPLEMENTATION_KEY, ml.FALLBACK_KEY, "spark.master", "spark.plugins",
+RECORDED_PROPERTIES = (ml.IMPLEMENTATION_KEY, ml.FALLBACK_KEY, ml.FLOAT32_INPUTS_KEY, "spark.master", "spark.plugins",
                        "spark.rapids.sql.enabled", "spark.rapids.sql.mode", "spark.executor.instances",
                        "spark.executor.cores", "spark.executor.resource.gpu.amount", "spark.sql.shuffle.partitions")
 

@@ -9,11 +9,13 @@ from pyspark.sql import functions as F
 from jobs import cli, contract, delta_io, ml, profiles, train
 from jobs.errors import UserError
 
-GPU_ML = {k: v for k, v in profiles.load_profile("gpu").items() if k in (ml.IMPLEMENTATION_KEY, ml.FALLBACK_KEY)}
+GPU_ML = {k: v for k, v in profiles.load_profile("gpu").items()
+          if k in (ml.IMPLEMENTATION_KEY, ml.FALLBACK_KEY, ml.FLOAT32_INPUTS_KEY)}
 
 
-def test_gpu_profile_names_spark_rapids_ml_without_fallback():
-    assert GPU_ML == {ml.IMPLEMENTATION_KEY: "spark_rapids_ml", ml.FALLBACK_KEY: "false"}
+def test_gpu_profile_names_spark_rapids_ml_without_fallback_in_float64():
+    assert GPU_ML == {ml.IMPLEMENTATION_KEY: "spark_rapids_ml", ml.FALLBACK_KEY: "false",
+                      ml.FLOAT32_INPUTS_KEY: "false"}
 
 
 @pytest.fixture
@@ -43,6 +45,11 @@ def test_train_builds_spark_rapids_ml_estimators_with_mapped_params(gpu_ml):
     cuml = est.cuml_params
     assert cuml["C"] == pytest.approx(100.0) and cuml["l1_ratio"] == 0.5 and cuml["penalty"] == "elasticnet"
     assert (cuml["max_iter"], cuml["tol"], cuml["fit_intercept"], cuml["standardization"]) == (50, 1e-9, True, True)
+    # The profile keeps the features double for cuML (spark-rapids-ml's default casts them to float32) ...
+    assert est._float32_inputs is False
+    # ... and without the setting, spark-rapids-ml's own default holds.
+    gpu_ml.conf.unset(ml.FLOAT32_INPUTS_KEY)
+    assert ml.logistic_regression(gpu_ml, contract.FEATURES).estimator._float32_inputs is True
     assert trainers[(0.0, 0.0)].estimator.cuml_params["penalty"] is None  # regParam 0: no penalty, as in MLlib
     # No VectorAssembler: spark-rapids-ml reads the double columns directly.
     df = gpu_ml.createDataFrame([(1.0,) * (len(contract.FEATURES) + 1)], [contract.LABEL, *contract.FEATURES])
