@@ -224,10 +224,13 @@ def with_superseded_marked(df: DataFrame) -> DataFrame:
     the others get reason 'superseded' and, as detail, where the winning row is."""
     order = Window.partitionBy("_kept", "customer_id").orderBy(
         F.col("t_updated_at").desc(), F.col("source_file").desc(), F.col("record_number").desc())
+    # The winner as a running first() over a ROWS frame: the order is total (record_number is unique within a
+    # file), so it equals the default RANGE frame, and the RAPIDS Accelerator runs a ROWS frame on the GPU (a
+    # RANGE frame over several order columns stays on the CPU).
     ranked = (df.withColumn("_kept", F.col("_fate") == KEPT)
               .withColumn("_rank", F.row_number().over(order))
               .withColumn("_winner", F.first(F.concat_ws(":", "source_file", F.col("record_number").cast("string")))
-                          .over(order)))
+                          .over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
     loses = F.col("_kept") & (F.col("_rank") > 1)
     return (ranked
             .withColumn("reason", F.when(loses, F.lit("superseded")).otherwise(F.col("reason")))
