@@ -44,7 +44,8 @@ def _predictions_line(p: dict) -> list[str]:
     if not p:
         return []
     return [f"Predictions, customer by customer: {p['matched']} of {p['rows']} matched; probability difference "
-            f"max {p['max_abs_diff']:.3g}, mean {p['mean_abs_diff']:.3g}; same decile {p['same_decile_share']:.4f}", ""]
+            f"max {p['max_abs_diff']:.3g}, mean {p['mean_abs_diff']:.3g}; same decile {p['same_decile_share']:.4f} "
+            f"(largest move {p.get('max_decile_step')})", ""]
 
 
 def main(argv: list[str] | None = None) -> int:
