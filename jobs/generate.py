@@ -250,6 +250,21 @@ def bits_uniform(h: Column, part: int) -> Column:
     return F.shiftrightunsigned(h, shift).bitwiseAND((1 << _FIELD_BITS) - 1) / float(1 << _FIELD_BITS)
 
 
+# A customer's draws, three to a hash (bits_uniform's 21-bit fields): xxhash64(seed, -1 - group, n) for group
+# = position // 3. Draws of one projection share their group, so each hash is computed once per customer
+# (subexpression elimination). "updated" (a second within years) keeps a full 53-bit uniform of its own.
+_CUSTOMER_DRAWS = ("gender", "region", "partner", "dependents", "contract", "payment", "paperless", "phone",
+                   "multiple", "internet", "security", "backup", "device", "tech", "tv", "movies", "charges_noise",
+                   "signup", "age", "bill_day", "addr_no", "street", "street_type", "birth_days", "late_n",
+                   "support_n", "usage_n", "plan_n", None, None, "defect", "churn", None, "dup_pos", "unk_pos")
+
+
+def customer_uniform(seed: int, salt: str, n: Column) -> Column:
+    """One of customer n's draws in [0, 1) (``_CUSTOMER_DRAWS``)."""
+    group, part = divmod(_CUSTOMER_DRAWS.index(salt), 3)
+    return bits_uniform(F.xxhash64(F.lit(seed).cast("long"), F.lit(-1 - group).cast("long"), n.cast("long")), part)
+
+
 def _pick(values: tuple[str, ...], u: Column, weights: tuple[float, ...] | None = None) -> Column:
     if weights is None:
         return F.element_at(F.array(*[F.lit(v) for v in values]), (F.floor(u * len(values)) + 1).cast("int"))
@@ -384,7 +399,7 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     column references), and Spark's subexpression elimination evaluates every shared piece once per row. A
     chain of withColumns would instead materialise every intermediate row (measured: a third of the time)."""
     seed, cutoff, n = p.seed, _epoch_day(p.cutoff), F.col("n")
-    U = lambda salt, *k: uniform(seed, salt, n, *k)  # noqa: E731
+    U = lambda salt: customer_uniform(seed, salt, n)  # noqa: E731
     yes = lambda salt, prob: F.when(U(salt) < prob, "Yes").otherwise("No")  # noqa: E731
     first_signup = _epoch_day(_years_before(p.as_of, 6))
     span = cutoff - 30 - first_signup
@@ -409,9 +424,9 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     has_net = c["internet_service"] != "No"
     fiber = c["internet_service"] == "Fiber optic"
     echeck = c["payment_method"] == "Electronic check"
-    net_yes = lambda salt, prob: F.when(has_net & (U(salt) < prob), "Yes").otherwise("No")  # noqa: E731
+    net_yes = lambda salt, prob: F.when((U(salt) < prob) & has_net, "Yes").otherwise("No")  # noqa: E731
     c.update({
-        "multiple_lines": F.when((c["phone_service"] == "Yes") & (U("multiple") < 0.42), "Yes").otherwise("No"),
+        "multiple_lines": F.when((U("multiple") < 0.42) & (c["phone_service"] == "Yes"), "Yes").otherwise("No"),
         "online_security": net_yes("security", 0.37),
         "online_backup": net_yes("backup", 0.44),
         "device_protection": net_yes("device", 0.44),
@@ -434,7 +449,7 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
         "birth_date": F.date_sub(F.add_months(c["signup_date"], -12 * c["age_at_signup"]),
                                  F.floor(U("birth_days") * 365).cast("int")),
         "updated_secs": (c["signup_day"].cast("long") * 86400
-                         + F.floor(U("updated") * tenure * 86400)).cast("long"),
+                         + F.floor(uniform(seed, "updated", n) * tenure * 86400)).cast("long"),
         "pay_channel": F.when(echeck, "web").when(c["payment_method"] == "Mailed check", "store").otherwise("auto"),
         "gb_mean": F.when(fiber, 15.0).when(c["internet_service"] == "DSL", 8.0).otherwise(2.0),
         # How many pre-cutoff events of each type (docs/data.md, "Events"): Poisson counts scaled by tenure.
@@ -854,8 +869,8 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
         rate would give (at most one per customer; rates x events above 1 are capped)."""
         if rate <= 0:
             return F.lit(-1)
-        u = uniform(seed, salt, n)
-        return F.when(ok & (u < rate * count), F.least(count - 1, F.floor(u / rate)).cast("int")).otherwise(-1)
+        u = customer_uniform(seed, salt, n)
+        return F.when((u < rate * count) & ok, F.least(count - 1, F.floor(u / rate)).cast("int")).otherwise(-1)
 
     dup = position("dup_pos", p.rates["exact_duplicate"], F.col("n_events"))
     # an unknown customer's copy is never made of a termination (the last event of a churner)
