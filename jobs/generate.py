@@ -220,7 +220,7 @@ _SALTS = {name: i + 1 for i, name in enumerate((
     "support_channel", "support_note", "usage_n", "usage_day", "usage_tod", "usage_gb", "plan_n", "plan_day",
     "plan_tod", "plan_channel", "term_day", "term_tod", "term_channel", "churn", "defect", "defect_field",
     "defect_variant", "defect_value", "conflict_secs", "event", "event_defect", "event_defect_bits", "dup_pos",
-    "unk_pos"))}
+    "unk_pos", "thin_late", "thin_support", "thin_usage", "thin_plan"))}
 
 
 def uniform(seed: int, salt: str, *keys: Column) -> Column:
@@ -282,28 +282,36 @@ def _table(values: list, sql_type: str) -> Column:
     return F.split(F.lit(text), ",").cast(f"array<{sql_type}>")
 
 
-def _poisson_cdf(rates: tuple[float, ...], rate_class: Column, window: int, tenure: Column, cap: int) -> Column:
-    """P(X <= k) for k = 0..cap-1 of a Poisson with lambda = rates[rate_class] * min(window, tenure) / window.
-    Tenure is in whole days, so lambda takes len(rates) x window values: their CDFs are one constant table
-    and a customer's row of it is one slice."""
+def _poisson_full(rates: tuple[float, ...], rate_class: Column, cap: int, u: Column) -> Column:
+    """Inverse-CDF draw of a Poisson(rates[rate_class]) count capped at ``cap``: the number of k < cap with
+    u > P(X <= k). The classes' CDFs are one small constant table (at most 80 doubles); a lazy CASE compares from
+    k = 0 up and stops at the first k with u <= P(X <= k) (about lambda + 1 comparisons; no array, no sort)."""
     cdf = []
-    for rate in rates:
-        for days in range(1, window + 1):
-            lam = rate * days / window
-            term = math.exp(-lam)
-            total = term
-            for k in range(cap):
-                cdf.append(total)
-                term = term * lam / (k + 1)
-                total += term
-    days = F.least(F.lit(window), F.greatest(F.lit(1), tenure))
-    return F.slice(_table(cdf, "double"), ((rate_class * window + days - 1) * cap + 1).cast("int"), cap)
+    for lam in rates:
+        term = math.exp(-lam)
+        total = term
+        for k in range(cap):
+            cdf.append(total)
+            term = term * lam / (k + 1)
+            total += term
+    table = _table(cdf, "double")
+    base = rate_class * cap + 1
+    expr = None
+    for k in range(cap):
+        below = u <= F.element_at(table, (base + k).cast("int"))
+        expr = F.when(below, k) if expr is None else expr.when(below, k)
+    return expr.otherwise(cap)
 
 
-def _poisson(cdf: Column, u: Column, cap: int) -> Column:
-    """Inverse-CDF draw capped at ``cap``: the number of k < cap with u > P(X <= k), i.e. u's place among the
-    thresholds (sorted with them; the table is referenced once, no per-k branches)."""
-    return F.call_function("array_position", F.sort_array(F.concat(cdf, F.array(u))), u) - 1
+def _thinned(p: Params, full: Column, window: int, tenure: Column, cap: int, salt: str) -> Column:
+    """The full window's count kept for a tenure shorter than the window: each of its events is kept with
+    probability tenure / window (its own draw), so a Poisson(rate) count becomes exactly Poisson(rate x tenure /
+    window), as the rate scaled by tenure demands. ``full`` is a column (referenced once per slot)."""
+    q = tenure / float(window)
+    n = F.col("n")
+    kept = sum(F.when((full >= j) & (bits_uniform(event_hash(p.seed, salt, n * EVENT_SLOTS + j), 0) < q), 1)
+               .otherwise(0) for j in range(1, cap + 1))
+    return F.when(tenure >= window, full).otherwise(kept)
 
 
 def _two_digits(v: Column) -> Column:
@@ -454,20 +462,24 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
         "gb_mean": F.when(fiber, 15.0).when(c["internet_service"] == "DSL", 8.0).otherwise(2.0),
         # How many pre-cutoff events of each type (docs/data.md, "Events"): Poisson counts scaled by tenure.
         "n_charges": sum(F.when(_charge_offset(c, j) <= tenure, 1).otherwise(0) for j in (1, 2, 3)),
-        "n_late": _poisson(_poisson_cdf((0.55, 0.2), F.when(echeck, 0).otherwise(1), 180, tenure, 8),
-                           U("late_n"), 8),
-        "n_support": _poisson(_poisson_cdf((1.0, 1.8, 2.0, 3.6),
-                                           F.when(fiber, 2).otherwise(0) + F.when(no_tech, 1).otherwise(0),
-                                           365, tenure, 20), U("support_n"), 20),
-        "n_usage": _poisson(_poisson_cdf((3.5, 1.5), F.when(has_net, 0).otherwise(1), 90, tenure, 30),
-                            U("usage_n"), 30),
-        "n_plan": _poisson(_poisson_cdf((0.15,), F.lit(0), 365, tenure, 5), U("plan_n"), 5),
+        # Poisson counts (docs/data.md, "Events"): over the whole window here, thinned by tenure below.
+        "_full_late": _poisson_full((0.55, 0.2), F.when(echeck, 0).otherwise(1), 8, U("late_n")),
+        "_full_support": _poisson_full((1.0, 1.8, 2.0, 3.6),
+                                       F.when(fiber, 2).otherwise(0) + F.when(no_tech, 1).otherwise(0), 20,
+                                       U("support_n")),
+        "_full_usage": _poisson_full((3.5, 1.5), F.when(has_net, 0).otherwise(1), 30, U("usage_n")),
+        "_full_plan": _poisson_full((0.15,), F.lit(0), 5, U("plan_n")),
     })
-    # The counts hold the constant CDF tables: materialise them once (one projection), so that the many
-    # expressions below refer to them as columns rather than copying the tables into the plan.
+    # Materialised (one projection), so that the many expressions below refer to them as columns: the thinned
+    # counts read each full count once per slot, support_calls_90d reads n_support 20 times.
     df = df.select("*", *[v.alias(k) for k, v in c.items()])
     c = {k: F.col(k) for k in c}
     tenure = c["tenure_days"]
+    thinned = {"n_late": ("_full_late", 180, 8, "thin_late"), "n_support": ("_full_support", 365, 20, "thin_support"),
+               "n_usage": ("_full_usage", 90, 30, "thin_usage"), "n_plan": ("_full_plan", 365, 5, "thin_plan")}
+    df = df.select("*", *[_thinned(p, c[full], window, tenure, cap, salt).alias(k)
+                          for k, (full, window, cap, salt) in thinned.items()])
+    c.update({k: F.col(k) for k in thinned})
     cutoff_date = F.lit(p.cutoff)
     c["n_payments"] = sum(F.when((_charge_offset(c, j) <= tenure) & (c["n_late"] < j), 1).otherwise(0)
                           for j in (1, 2, 3))
@@ -554,7 +566,7 @@ def _logit_without_intercept(c: dict[str, Column]) -> Column:
 
 # Customers the calibration looks at: the first ones (every customer's draws are independent of the others', so
 # they are a random sample). Enough for the realised rate to land within 0.1 point of the configured one.
-CALIBRATION_CUSTOMERS = 250_000
+CALIBRATION_CUSTOMERS = 100_000
 
 
 def calibrate(spark: SparkSession, p: Params) -> tuple[float, dict]:
