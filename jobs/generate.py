@@ -475,10 +475,12 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     df = df.select("*", *[v.alias(k) for k, v in c.items()])
     c = {k: F.col(k) for k in c}
     tenure = c["tenure_days"]
-    thinned = {"n_late": ("_full_late", 180, 8, "thin_late"), "n_support": ("_full_support", 365, 20, "thin_support"),
-               "n_usage": ("_full_usage", 90, 30, "thin_usage"), "n_plan": ("_full_plan", 365, 5, "thin_plan")}
-    df = df.select("*", *[_thinned(p, c[full], window, tenure, cap, salt).alias(k)
-                          for k, (full, window, cap, salt) in thinned.items()])
+    thinned = {"n_late": ("_full_late", "late_payment", 8, "thin_late"),
+               "n_support": ("_full_support", "support_call", 20, "thin_support"),
+               "n_usage": ("_full_usage", "usage", 30, "thin_usage"),
+               "n_plan": ("_full_plan", "plan_change", 5, "thin_plan")}
+    df = df.select("*", *[_thinned(p, c[full], _UNIFORM_WINDOW[etype], tenure, cap, salt).alias(k)
+                          for k, (full, etype, cap, salt) in thinned.items()])
     c.update({k: F.col(k) for k in thinned})
     cutoff_date = F.lit(p.cutoff)
     c["n_payments"] = sum(F.when((_charge_offset(c, j) <= tenure) & (c["n_late"] < j), 1).otherwise(0)
@@ -520,15 +522,15 @@ def _days_back(p: Params, offset: Column) -> Column:
     return F.lit(_epoch_day(p.cutoff)) - (offset - F.when(offset.isin(*_BOUNDARY_DAYS), 1).otherwise(0))
 
 
-_UNIFORM_WINDOW = {"late_payment": ("late_day", 180), "support_call": ("support_day", 365),
-                   "usage": ("usage_day", 90), "plan_change": ("plan_day", 365)}
+# Days back from the cutoff over which the events of these types are spread (uniformly, within the tenure).
+_UNIFORM_WINDOW = {"late_payment": 180, "support_call": 365, "usage": 90, "plan_change": 365}
 
 def _support_day(p: Params, c, i: int) -> Column:
     """Day number of the customer's i-th support call (for support_calls_90d): the draw ``event_rows`` makes for
     that event (its index follows the charges, payments and late payments)."""
     idx = c["n_charges"] + c["n_payments"] + c["n_late"] + (i - 1)
     u_day = bits_uniform(event_hash(p.seed, "event", F.col("n") * EVENT_SLOTS + idx), 0)
-    window = _UNIFORM_WINDOW["support_call"][1]
+    window = _UNIFORM_WINDOW["support_call"]
     return _days_back(p, 1 + F.floor(u_day * F.least(F.lit(window), c["tenure_days"])))
 
 
@@ -540,7 +542,7 @@ def _event_day_tod(p: Params, t: Column, i: Column, h: Column) -> tuple[Column, 
     code = {e: k for k, e in enumerate(_EVENT_TYPES)}
     u_day, u_tod = bits_uniform(h, 0), bits_uniform(h, 1)
     offset = F.lit(30) * (i - 1) + F.col("bill_day")
-    window = F.element_at(F.array(*[F.lit(_UNIFORM_WINDOW.get(e, ("", 1))[1]) for e in _EVENT_TYPES]), t + 1)
+    window = F.element_at(F.array(*[F.lit(_UNIFORM_WINDOW.get(e, 1)) for e in _EVENT_TYPES]), t + 1)
     back = (F.when(t == code["charge"], offset)
             .when(t == code["payment"], offset - F.floor(u_day * F.least(F.lit(8), offset)))
             .otherwise(1 + F.floor(u_day * F.least(window, F.col("tenure_days")))))
