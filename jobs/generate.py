@@ -16,6 +16,7 @@ shuffle, no sort, and every count in the manifest is taken while the files are w
 from __future__ import annotations
 
 import argparse
+import calendar
 import datetime as dt
 import json
 import math
@@ -355,6 +356,20 @@ def _ts_str(seconds: Column, p: Params) -> Column:
                     _two_digits(F.floor(tod / 60) % 60), F.lit(":"), _two_digits(tod % 60))
 
 
+def _months_between_floor(later: dt.date, date: Column) -> Column:
+    """floor(months_between(later, date)) for a date column, as Spark computes months_between of two dates, from
+    the date's year, month and day of month (months_between itself converts both dates to time-zoned timestamps):
+    whole months when the days of month are equal or both are their month's last, else the month difference plus
+    (day1 - day2) / 31, which lies strictly between -1 and 1: so one month less exactly when the date's day of
+    month is greater (and not both last days)."""
+    day = F.dayofmonth(date)
+    months = (later.year * 12 + later.month) - (F.year(date) * 12 + F.month(date))
+    past = day > later.day
+    if later.day == calendar.monthrange(later.year, later.month)[1]:   # the later date is its month's last day
+        past = past & (day != F.dayofmonth(F.last_day(date)))
+    return months - F.when(past, 1).otherwise(0)
+
+
 def _cents_str_nonneg(cents: Column) -> Column:
     """d.cc from a whole number of cents >= 0: one concat of its pieces."""
     return F.concat((cents / 100).cast("long").cast("string"), F.lit("."), _two_digits(cents % 100))
@@ -482,12 +497,12 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     df = df.select("*", *[_thinned(p, c[full], _UNIFORM_WINDOW[etype], tenure, cap, salt).alias(k)
                           for k, (full, etype, cap, salt) in thinned.items()])
     c.update({k: F.col(k) for k in thinned})
-    cutoff_date = F.lit(p.cutoff)
     c["n_payments"] = sum(F.when((_charge_offset(c, j) <= tenure) & (c["n_late"] < j), 1).otherwise(0)
                           for j in (1, 2, 3))
     c.update({
-        "tenure_months": F.least(F.lit(72), F.floor(F.months_between(cutoff_date, c["signup_date"]))),
-        "age_at_cutoff": F.floor(F.months_between(cutoff_date, c["birth_date"]) / 12),
+        "tenure_months": F.least(F.lit(72), _months_between_floor(p.cutoff, c["signup_date"])),
+        # floor(m / 12) = floor(floor(m) / 12) for a real m
+        "age_at_cutoff": F.floor(_months_between_floor(p.cutoff, c["birth_date"]) / 12),
         "support_calls_90d": sum(F.when((c["n_support"] >= i) & (_support_day(p, c, i) > cutoff - 90),
                                         1).otherwise(0) for i in range(1, 21)),
         # Every late payment lies in the last 180 days (a draw on the boundary day moves one day later).
