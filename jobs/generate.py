@@ -16,6 +16,7 @@ shuffle, no sort, and every count in the manifest is taken while the files are w
 from __future__ import annotations
 
 import argparse
+import calendar
 import datetime as dt
 import json
 import math
@@ -219,7 +220,8 @@ _SALTS = {name: i + 1 for i, name in enumerate((
     "late_tod", "pay_lag", "pay_tod", "charge_tod", "support_n", "support_day", "support_tod",
     "support_channel", "support_note", "usage_n", "usage_day", "usage_tod", "usage_gb", "plan_n", "plan_day",
     "plan_tod", "plan_channel", "term_day", "term_tod", "term_channel", "churn", "defect", "defect_field",
-    "defect_variant", "defect_value", "conflict_secs"))}
+    "defect_variant", "defect_value", "conflict_secs", "event", "event_defect", "event_defect_bits", "dup_pos",
+    "unk_pos", "thin_late", "thin_support", "thin_usage", "thin_plan"))}
 
 
 def uniform(seed: int, salt: str, *keys: Column) -> Column:
@@ -232,6 +234,36 @@ def uniform_salted(seed: int, salt: Column, *keys: Column) -> Column:
     salt = _SALTS[name])."""
     h = F.xxhash64(F.lit(seed).cast("long"), salt.cast("long"), *[k.cast("long") for k in keys])
     return F.shiftrightunsigned(h, 11) / float(1 << 53)
+
+
+def event_hash(seed: int, salt: str, *keys: Column) -> Column:
+    """xxhash64(seed, salt, keys): one event's 64 random bits, split by ``bits_uniform`` into three draws."""
+    return F.xxhash64(F.lit(seed).cast("long"), F.lit(_SALTS[salt]).cast("long"), *[k.cast("long") for k in keys])
+
+
+_FIELD_BITS = 21
+
+
+def bits_uniform(h: Column, part: int) -> Column:
+    """The part-th (0..2, from the top) 21-bit field of a 64-bit hash as a double in [0, 1): three independent
+    draws from one hash, each fine enough for a day (< 2,200 values), a second of the day or a pick."""
+    shift = 64 - _FIELD_BITS * (part + 1)
+    return F.shiftrightunsigned(h, shift).bitwiseAND((1 << _FIELD_BITS) - 1) / float(1 << _FIELD_BITS)
+
+
+# A customer's draws, three to a hash (bits_uniform's 21-bit fields): xxhash64(seed, -1 - group, n) for group
+# = position // 3. Draws of one projection share their group, so each hash is computed once per customer
+# (subexpression elimination). "updated" (a second within years) keeps a full 53-bit uniform of its own.
+_CUSTOMER_DRAWS = ("gender", "region", "partner", "dependents", "contract", "payment", "paperless", "phone",
+                   "multiple", "internet", "security", "backup", "device", "tech", "tv", "movies", "charges_noise",
+                   "signup", "age", "bill_day", "addr_no", "street", "street_type", "birth_days", "late_n",
+                   "support_n", "usage_n", "plan_n", None, None, "defect", "churn", None, "dup_pos", "unk_pos")
+
+
+def customer_uniform(seed: int, salt: str, n: Column) -> Column:
+    """One of customer n's draws in [0, 1) (``_CUSTOMER_DRAWS``)."""
+    group, part = divmod(_CUSTOMER_DRAWS.index(salt), 3)
+    return bits_uniform(F.xxhash64(F.lit(seed).cast("long"), F.lit(-1 - group).cast("long"), n.cast("long")), part)
 
 
 def _pick(values: tuple[str, ...], u: Column, weights: tuple[float, ...] | None = None) -> Column:
@@ -251,28 +283,36 @@ def _table(values: list, sql_type: str) -> Column:
     return F.split(F.lit(text), ",").cast(f"array<{sql_type}>")
 
 
-def _poisson_cdf(rates: tuple[float, ...], rate_class: Column, window: int, tenure: Column, cap: int) -> Column:
-    """P(X <= k) for k = 0..cap-1 of a Poisson with lambda = rates[rate_class] * min(window, tenure) / window.
-    Tenure is in whole days, so lambda takes len(rates) x window values: their CDFs are one constant table
-    and a customer's row of it is one slice."""
+def _poisson_full(rates: tuple[float, ...], rate_class: Column, cap: int, u: Column) -> Column:
+    """Inverse-CDF draw of a Poisson(rates[rate_class]) count capped at ``cap``: the number of k < cap with
+    u > P(X <= k). The classes' CDFs are one small constant table (at most 80 doubles); a lazy CASE compares from
+    k = 0 up and stops at the first k with u <= P(X <= k) (about lambda + 1 comparisons; no array, no sort)."""
     cdf = []
-    for rate in rates:
-        for days in range(1, window + 1):
-            lam = rate * days / window
-            term = math.exp(-lam)
-            total = term
-            for k in range(cap):
-                cdf.append(total)
-                term = term * lam / (k + 1)
-                total += term
-    days = F.least(F.lit(window), F.greatest(F.lit(1), tenure))
-    return F.slice(_table(cdf, "double"), ((rate_class * window + days - 1) * cap + 1).cast("int"), cap)
+    for lam in rates:
+        term = math.exp(-lam)
+        total = term
+        for k in range(cap):
+            cdf.append(total)
+            term = term * lam / (k + 1)
+            total += term
+    table = _table(cdf, "double")
+    base = rate_class * cap + 1
+    expr = None
+    for k in range(cap):
+        below = u <= F.element_at(table, (base + k).cast("int"))
+        expr = F.when(below, k) if expr is None else expr.when(below, k)
+    return expr.otherwise(cap)
 
 
-def _poisson(cdf: Column, u: Column, cap: int) -> Column:
-    """Inverse-CDF draw capped at ``cap``: the number of k < cap with u > P(X <= k), i.e. u's place among the
-    thresholds (sorted with them; the table is referenced once, no per-k branches)."""
-    return F.call_function("array_position", F.sort_array(F.concat(cdf, F.array(u))), u) - 1
+def _thinned(p: Params, full: Column, window: int, tenure: Column, cap: int, salt: str) -> Column:
+    """The full window's count kept for a tenure shorter than the window: each of its events is kept with
+    probability tenure / window (its own draw), so a Poisson(rate) count becomes exactly Poisson(rate x tenure /
+    window), as the rate scaled by tenure demands. ``full`` is a column (referenced once per slot)."""
+    q = tenure / float(window)
+    n = F.col("n")
+    kept = sum(F.when((full >= j) & (bits_uniform(event_hash(p.seed, salt, n * EVENT_SLOTS + j), 0) < q), 1)
+               .otherwise(0) for j in range(1, cap + 1))
+    return F.when(tenure >= window, full).otherwise(kept)
 
 
 def _two_digits(v: Column) -> Column:
@@ -314,6 +354,20 @@ def _ts_str(seconds: Column, p: Params) -> Column:
     tod = (seconds - day * 86400).cast("int")
     return F.concat(_date_str(day, p), F.lit(" "), _two_digits(F.floor(tod / 3600)), F.lit(":"),
                     _two_digits(F.floor(tod / 60) % 60), F.lit(":"), _two_digits(tod % 60))
+
+
+def _months_between_floor(later: dt.date, date: Column) -> Column:
+    """floor(months_between(later, date)) for a date column, as Spark computes months_between of two dates, from
+    the date's year, month and day of month (months_between itself converts both dates to time-zoned timestamps):
+    whole months when the days of month are equal or both are their month's last, else the month difference plus
+    (day1 - day2) / 31, which lies strictly between -1 and 1: so one month less exactly when the date's day of
+    month is greater (and not both last days)."""
+    day = F.dayofmonth(date)
+    months = (later.year * 12 + later.month) - (F.year(date) * 12 + F.month(date))
+    past = day > later.day
+    if later.day == calendar.monthrange(later.year, later.month)[1]:   # the later date is its month's last day
+        past = past & (day != F.dayofmonth(F.last_day(date)))
+    return months - F.when(past, 1).otherwise(0)
 
 
 def _cents_str_nonneg(cents: Column) -> Column:
@@ -368,7 +422,7 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     column references), and Spark's subexpression elimination evaluates every shared piece once per row. A
     chain of withColumns would instead materialise every intermediate row (measured: a third of the time)."""
     seed, cutoff, n = p.seed, _epoch_day(p.cutoff), F.col("n")
-    U = lambda salt, *k: uniform(seed, salt, n, *k)  # noqa: E731
+    U = lambda salt: customer_uniform(seed, salt, n)  # noqa: E731
     yes = lambda salt, prob: F.when(U(salt) < prob, "Yes").otherwise("No")  # noqa: E731
     first_signup = _epoch_day(_years_before(p.as_of, 6))
     span = cutoff - 30 - first_signup
@@ -393,9 +447,9 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
     has_net = c["internet_service"] != "No"
     fiber = c["internet_service"] == "Fiber optic"
     echeck = c["payment_method"] == "Electronic check"
-    net_yes = lambda salt, prob: F.when(has_net & (U(salt) < prob), "Yes").otherwise("No")  # noqa: E731
+    net_yes = lambda salt, prob: F.when((U(salt) < prob) & has_net, "Yes").otherwise("No")  # noqa: E731
     c.update({
-        "multiple_lines": F.when((c["phone_service"] == "Yes") & (U("multiple") < 0.42), "Yes").otherwise("No"),
+        "multiple_lines": F.when((U("multiple") < 0.42) & (c["phone_service"] == "Yes"), "Yes").otherwise("No"),
         "online_security": net_yes("security", 0.37),
         "online_backup": net_yes("backup", 0.44),
         "device_protection": net_yes("device", 0.44),
@@ -418,32 +472,38 @@ def _customers(df: DataFrame, p: Params, b0: float | None) -> DataFrame:
         "birth_date": F.date_sub(F.add_months(c["signup_date"], -12 * c["age_at_signup"]),
                                  F.floor(U("birth_days") * 365).cast("int")),
         "updated_secs": (c["signup_day"].cast("long") * 86400
-                         + F.floor(U("updated") * tenure * 86400)).cast("long"),
+                         + F.floor(uniform(seed, "updated", n) * tenure * 86400)).cast("long"),
         "pay_channel": F.when(echeck, "web").when(c["payment_method"] == "Mailed check", "store").otherwise("auto"),
         "gb_mean": F.when(fiber, 15.0).when(c["internet_service"] == "DSL", 8.0).otherwise(2.0),
         # How many pre-cutoff events of each type (docs/data.md, "Events"): Poisson counts scaled by tenure.
         "n_charges": sum(F.when(_charge_offset(c, j) <= tenure, 1).otherwise(0) for j in (1, 2, 3)),
-        "n_late": _poisson(_poisson_cdf((0.55, 0.2), F.when(echeck, 0).otherwise(1), 180, tenure, 8),
-                           U("late_n"), 8),
-        "n_support": _poisson(_poisson_cdf((1.0, 1.8, 2.0, 3.6),
-                                           F.when(fiber, 2).otherwise(0) + F.when(no_tech, 1).otherwise(0),
-                                           365, tenure, 20), U("support_n"), 20),
-        "n_usage": _poisson(_poisson_cdf((3.5, 1.5), F.when(has_net, 0).otherwise(1), 90, tenure, 30),
-                            U("usage_n"), 30),
-        "n_plan": _poisson(_poisson_cdf((0.15,), F.lit(0), 365, tenure, 5), U("plan_n"), 5),
+        # Poisson counts (docs/data.md, "Events"): over the whole window here, thinned by tenure below.
+        "_full_late": _poisson_full((0.55, 0.2), F.when(echeck, 0).otherwise(1), 8, U("late_n")),
+        "_full_support": _poisson_full((1.0, 1.8, 2.0, 3.6),
+                                       F.when(fiber, 2).otherwise(0) + F.when(no_tech, 1).otherwise(0), 20,
+                                       U("support_n")),
+        "_full_usage": _poisson_full((3.5, 1.5), F.when(has_net, 0).otherwise(1), 30, U("usage_n")),
+        "_full_plan": _poisson_full((0.15,), F.lit(0), 5, U("plan_n")),
     })
-    # The counts hold the constant CDF tables: materialise them once (one projection), so that the many
-    # expressions below refer to them as columns rather than copying the tables into the plan.
+    # Materialised (one projection), so that the many expressions below refer to them as columns: the thinned
+    # counts read each full count once per slot, support_calls_90d reads n_support 20 times.
     df = df.select("*", *[v.alias(k) for k, v in c.items()])
     c = {k: F.col(k) for k in c}
     tenure = c["tenure_days"]
-    cutoff_date = F.lit(p.cutoff)
+    thinned = {"n_late": ("_full_late", "late_payment", 8, "thin_late"),
+               "n_support": ("_full_support", "support_call", 20, "thin_support"),
+               "n_usage": ("_full_usage", "usage", 30, "thin_usage"),
+               "n_plan": ("_full_plan", "plan_change", 5, "thin_plan")}
+    df = df.select("*", *[_thinned(p, c[full], _UNIFORM_WINDOW[etype], tenure, cap, salt).alias(k)
+                          for k, (full, etype, cap, salt) in thinned.items()])
+    c.update({k: F.col(k) for k in thinned})
+    c["n_payments"] = sum(F.when((_charge_offset(c, j) <= tenure) & (c["n_late"] < j), 1).otherwise(0)
+                          for j in (1, 2, 3))
     c.update({
-        "n_payments": sum(F.when((_charge_offset(c, j) <= tenure) & (c["n_late"] < j), 1).otherwise(0)
-                          for j in (1, 2, 3)),
-        "tenure_months": F.least(F.lit(72), F.floor(F.months_between(cutoff_date, c["signup_date"]))),
-        "age_at_cutoff": F.floor(F.months_between(cutoff_date, c["birth_date"]) / 12),
-        "support_calls_90d": sum(F.when((c["n_support"] >= i) & (_slot_day(p, c, "support_call", i) > cutoff - 90),
+        "tenure_months": F.least(F.lit(72), _months_between_floor(p.cutoff, c["signup_date"])),
+        # floor(m / 12) = floor(floor(m) / 12) for a real m
+        "age_at_cutoff": F.floor(_months_between_floor(p.cutoff, c["birth_date"]) / 12),
+        "support_calls_90d": sum(F.when((c["n_support"] >= i) & (_support_day(p, c, i) > cutoff - 90),
                                         1).otherwise(0) for i in range(1, 21)),
         # Every late payment lies in the last 180 days (a draw on the boundary day moves one day later).
         "late_payments_180d": c["n_late"],
@@ -477,46 +537,33 @@ def _days_back(p: Params, offset: Column) -> Column:
     return F.lit(_epoch_day(p.cutoff)) - (offset - F.when(offset.isin(*_BOUNDARY_DAYS), 1).otherwise(0))
 
 
-_UNIFORM_WINDOW = {"late_payment": ("late_day", 180), "support_call": ("support_day", 365),
-                   "usage": ("usage_day", 90), "plan_change": ("plan_day", 365)}
-_TOD_SALT = {"charge": "charge_tod", "payment": "pay_tod", "late_payment": "late_tod", "support_call": "support_tod",
-             "usage": "usage_tod", "plan_change": "plan_tod", "termination": "term_tod"}
+# Days back from the cutoff over which the events of these types are spread (uniformly, within the tenure).
+_UNIFORM_WINDOW = {"late_payment": 180, "support_call": 365, "usage": 90, "plan_change": 365}
+
+def _support_day(p: Params, c, i: int) -> Column:
+    """Day number of the customer's i-th support call (for support_calls_90d): the draw ``event_rows`` makes for
+    that event (its index follows the charges, payments and late payments)."""
+    idx = c["n_charges"] + c["n_payments"] + c["n_late"] + (i - 1)
+    u_day = bits_uniform(event_hash(p.seed, "event", F.col("n") * EVENT_SLOTS + idx), 0)
+    window = _UNIFORM_WINDOW["support_call"]
+    return _days_back(p, 1 + F.floor(u_day * F.least(F.lit(window), c["tenure_days"])))
 
 
-def _slot_day(p: Params, c, etype: str, i: int) -> Column:
-    """Day number of the customer's i-th event of a type (the draws of docs/data.md, "Events"); the customer-level
-    twin of ``_event_day_secs`` (used for support_calls_90d), with the same hashes."""
-    n, cutoff = F.col("n"), _epoch_day(p.cutoff)
-    U = lambda salt, *k: uniform(p.seed, salt, n, *k)  # noqa: E731
-    if etype == "charge":
-        return _days_back(p, _charge_offset(c, i))
-    if etype == "payment":
-        offset = _charge_offset(c, i)
-        return _days_back(p, offset - F.floor(U("pay_lag", F.lit(i)) * F.least(F.lit(8), offset)))
-    if etype == "termination":
-        return F.lit(cutoff + 1) + F.floor(U("term_day", F.lit(i)) * (C.LABEL_WINDOW_DAYS - 1))
-    salt, window = _UNIFORM_WINDOW[etype]
-    return _days_back(p, 1 + F.floor(U(salt, F.lit(i)) * F.least(F.lit(window), c["tenure_days"])))
-
-
-def _event_day_secs(p: Params, t: Column, i: Column) -> Column:
-    """Second since 1970 of the customer's i-th event (i a column) of type code t (index into SLOT_TYPES): the
-    same draws as ``_slot_day`` (one hash for the day, one for the time of day, salts chosen by type)."""
-    n, cutoff = F.col("n"), _epoch_day(p.cutoff)
+def _event_day_tod(p: Params, t: Column, i: Column, h: Column) -> tuple[Column, Column]:
+    """(day number, second of the day) of the customer's i-th event (i a column) of type code t (index into
+    SLOT_TYPES), both from the event's hash ``h``: the day from its first 21-bit field, the time from its
+    second (docs/data.md, "Events")."""
+    cutoff = _epoch_day(p.cutoff)
     code = {e: k for k, e in enumerate(_EVENT_TYPES)}
-    day_salts = {"payment": "pay_lag", "termination": "term_day", **{e: s for e, (s, _) in _UNIFORM_WINDOW.items()}}
-    salt = lambda salts: F.element_at(F.array(*[F.lit(_SALTS[salts.get(e, "pay_lag")]) for e in _EVENT_TYPES]),
-                                      t + 1)  # noqa: E731
-    u_day = uniform_salted(p.seed, salt(day_salts), n, i)
-    u_tod = uniform_salted(p.seed, salt(_TOD_SALT), n, i)
+    u_day, u_tod = bits_uniform(h, 0), bits_uniform(h, 1)
     offset = F.lit(30) * (i - 1) + F.col("bill_day")
-    window = F.element_at(F.array(*[F.lit(_UNIFORM_WINDOW.get(e, ("", 1))[1]) for e in _EVENT_TYPES]), t + 1)
+    window = F.element_at(F.array(*[F.lit(_UNIFORM_WINDOW.get(e, 1)) for e in _EVENT_TYPES]), t + 1)
     back = (F.when(t == code["charge"], offset)
             .when(t == code["payment"], offset - F.floor(u_day * F.least(F.lit(8), offset)))
             .otherwise(1 + F.floor(u_day * F.least(window, F.col("tenure_days")))))
     day = F.when(t == code["termination"], F.lit(cutoff + 1) + F.floor(u_day * (C.LABEL_WINDOW_DAYS - 1))) \
         .otherwise(_days_back(p, back))
-    return day.cast("long") * 86400 + F.floor(u_tod * 86400).cast("long")
+    return day.cast("int"), F.floor(u_tod * 86400).cast("int")
 
 
 def _logit_without_intercept(c: dict[str, Column]) -> Column:
@@ -536,7 +583,7 @@ def _logit_without_intercept(c: dict[str, Column]) -> Column:
 
 # Customers the calibration looks at: the first ones (every customer's draws are independent of the others', so
 # they are a random sample). Enough for the realised rate to land within 0.1 point of the configured one.
-CALIBRATION_CUSTOMERS = 250_000
+CALIBRATION_CUSTOMERS = 100_000
 
 
 def calibrate(spark: SparkSession, p: Params) -> tuple[float, dict]:
@@ -603,11 +650,13 @@ def _codes(kinds) -> list[int]:
     return [KIND_CODE[k] for k in kinds]
 
 
-def _kind_expr(u: Column, p: Params, dataset: str, demote: Column | None = None) -> Column:
+def _kind_expr(u: Column, p: Params, dataset: str, demote: Column | None = None,
+               skip: tuple[str, ...] = ()) -> Column:
     """The defect kind of a row as its KIND_CODE (0 when clean), by cumulative per-kind rates (clean rows: one
-    test). Where ``demote`` holds, the kinds that quarantine the row or add an unknown customer's copy give 0."""
+    test). Where ``demote`` holds, the kinds that quarantine the row or add an unknown customer's copy give 0.
+    Kinds in ``skip`` are decided elsewhere (their share of u stays clean)."""
     acc, expr = 0.0, None
-    for kind in C.DEFECT_KINDS[dataset]:
+    for kind in (k for k in C.DEFECT_KINDS[dataset] if k not in skip):
         if p.rates[kind] <= 0:
             continue
         acc += p.rates[kind]
@@ -833,19 +882,49 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
 
     A customer's events are numbered in type order (SLOT_TYPES order, then number within the type), so
     event index idx decodes to (type, number) by comparing it with the customer's cumulative counts: one row
-    per event from exploding 0..n_events-1, no per-customer array of events and no sort."""
+    per record from exploding 0..n_records-1, no per-customer array of events and no sort. The added records
+    (an exact duplicate, an unknown customer's copy: at most one of each per customer, each after a chosen
+    event) are decided per customer, so the same generator makes them: record r is event
+    r - [r >= dup record] - [r >= unknown record]. Each event's draws come from two hashes of its number."""
     seed, n = p.seed, F.col("n")
     latent = _customers(_file_blocks(spark, p.customers, n_files), p, b0)
-    cols = ["file_index", "block_start", "block_end", "n", "customer_id", "rejected", "monthly_cents",
-            "pay_channel", "gb_mean", "n_events", "n_late", "bill_day", "tenure_days"]
+    code = {e: k for k, e in enumerate(_EVENT_TYPES)}
     counts = [F.col(k) for k in ("n_charges", "n_payments", "n_late", "n_support", "n_usage", "n_plan")]
     ends = [sum(counts[:k + 1]) for k in range(len(counts))]   # first event index after each type's events
+    ok = ~F.col("rejected")
+
+    def position(salt: str, rate: float, count: Column) -> Column:
+        """The event (0..count-1) given an added record, or -1: P(some event) = rate x count, as a per-event
+        rate would give (at most one per customer; rates x events above 1 are capped)."""
+        if rate <= 0:
+            return F.lit(-1)
+        u = customer_uniform(seed, salt, n)
+        return F.when((u < rate * count) & ok, F.least(count - 1, F.floor(u / rate)).cast("int")).otherwise(-1)
+
+    dup = position("dup_pos", p.rates["exact_duplicate"], F.col("n_events"))
+    # an unknown customer's copy is never made of a termination (the last event of a churner)
+    unk0 = position("unk_pos", p.rates["unknown_customer"], F.col("n_pre_cutoff"))
+    unk = F.when(unk0 == dup, -1).otherwise(unk0)
+    none = 1000   # a record number no customer reaches
+    dup_r = F.when(dup >= 0, dup + 1 + F.when((unk >= 0) & (unk < dup), 1).otherwise(0)).otherwise(none)
+    unk_r = F.when(unk >= 0, unk + 1 + F.when((dup >= 0) & (dup < unk), 1).otherwise(0)).otherwise(none)
+    n_records = F.col("n_events") + F.when(dup >= 0, 1).otherwise(0) + F.when(unk >= 0, 1).otherwise(0)
+    cols = ["file_index", "block_start", "block_end", "n", "customer_id", "rejected", "monthly_cents",
+            "pay_channel", "gb_mean", "n_late", "bill_day", "tenure_days"]
     # The _outer generator (no sequence here is ever empty) keeps Spark from inferring a size(array) > 0 filter,
     # which it pushes below the projection: the customer's expressions would be computed twice.
-    cols += [f"_end{k}" for k in range(len(ends))]
-    df = latent.select(*cols[:-len(ends)], *[e.alias(f"_end{k}") for k, e in enumerate(ends)])
-    df = df.select(*cols, F.explode_outer(F.sequence(F.lit(0), F.col("n_events") - 1)).alias("idx"))
-    idx = F.col("idx")
+    df = latent.select(
+        *cols, *[e.alias(f"_end{k}") for k, e in enumerate(ends)],
+        F.concat(F.lit("E"), F.lpad(n.cast("string"), 10, "0")).alias("eprefix"),
+        _cents_str_nonneg(F.col("monthly_cents")).alias("monthly_str"),
+        dup.alias("dup"), unk.alias("unk"), dup_r.alias("dup_r"), unk_r.alias("unk_r"),
+        n_records.alias("n_records"))
+    cols += [f"_end{k}" for k in range(len(ends))] + ["eprefix", "monthly_str", "dup", "unk", "dup_r", "unk_r",
+                                                        "n_records"]
+    df = df.select(*cols, F.explode_outer(F.sequence(F.lit(0), F.col("n_records") - 1)).alias("r"))
+    r = F.col("r")
+    idx = r - F.when(r >= F.col("dup_r"), 1).otherwise(0) - F.when(r >= F.col("unk_r"), 1).otherwise(0)
+    copy = F.when(r == F.col("dup_r"), 1).when(r == F.col("unk_r"), 2).otherwise(0)
     t = i = None
     for k in range(len(ends)):
         start = F.lit(0) if k == 0 else F.col(f"_end{k - 1}")
@@ -853,21 +932,24 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
         t = F.when(idx < F.col(f"_end{k}"), k) if t is None else t.when(idx < F.col(f"_end{k}"), k)
         i = F.when(idx < F.col(f"_end{k}"), number) if i is None else i.when(idx < F.col(f"_end{k}"), number)
     # type t (index into SLOT_TYPES) and number i (1-based; a payment's is its charge's month)
-    df = df.select(*cols, "idx", t.otherwise(len(SLOT_TYPES) - 1).alias("t"), i.otherwise(1).alias("i"))
-    t, i = F.col("t"), F.col("i")
-    Ui = lambda salt: uniform(seed, salt, n, i)  # noqa: E731   the i-th event of its type
-    code = {e: k for k, e in enumerate(_EVENT_TYPES)}
-    u_a = (F.when(t == code["support_call"], Ui("support_channel")).when(t == code["usage"], Ui("usage_gb"))
-           .when(t == code["plan_change"], Ui("plan_channel")).otherwise(Ui("term_channel")))
-    key = -(n * EVENT_SLOTS + F.col("idx")) - 1   # negative: draws never coincide with a customer's
-    U = lambda salt, *k: uniform(seed, salt, key, *k)  # noqa: E731
+    t, i = t.otherwise(len(SLOT_TYPES) - 1), i.otherwise(1)
+    key = n * EVENT_SLOTS + idx
+    h = event_hash(seed, "event", key)             # day, time of day, amount / channel
+    h2 = event_hash(seed, "event_defect", key)     # defect kind (top 53 bits), note (low 11 bits)
+    u_a = bits_uniform(h, 2)
+    u_note = h2.bitwiseAND(0x7FF) / 2048.0
+    u_defect = F.shiftrightunsigned(h2, 11) / float(1 << 53)
+    day, tod = _event_day_tod(p, t, i, h)
     # Rejected customers' events stay clean (clean sets them all aside); a termination is never quarantined,
-    # so every churner's label reaches gold.
-    bkind = F.when(F.col("rejected"), 0).otherwise(
-        _kind_expr(U("defect"), p, "events", demote=(t == code["termination"])))
+    # so every churner's label reaches gold; an event with an added record after it stays clean.
+    kind = (F.when(copy == 1, KIND_CODE["exact_duplicate"]).when(copy == 2, KIND_CODE["unknown_customer"])
+            .when(F.col("rejected") | (idx == F.col("dup")) | (idx == F.col("unk")), 0)
+            .otherwise(_kind_expr(u_defect, p, "events", demote=(t == code["termination"]),
+                                  skip=("exact_duplicate", "unknown_customer"))))
     df = df.select(
-        "file_index", "block_start", "block_end", "n", "customer_id", "rejected", "n_events", "idx",
-        _event_day_secs(p, t, i).alias("secs"),
+        "file_index", "block_start", "block_end", "n", "customer_id", "rejected", "n_records", "eprefix",
+        "monthly_str", r.alias("r"), idx.alias("idx"), copy.alias("copy"), t.alias("t"),
+        day.alias("day"), tod.alias("tod"),
         F.element_at(F.array(*[F.lit(e) for e in _EVENT_TYPES]), t + 1).alias("type"),
         F.when(t <= code["late_payment"], F.col("monthly_cents"))
          .when(t == code["usage"], F.least(F.lit(999_999), F.floor(-F.log(1.0 - u_a) * F.col("gb_mean")
@@ -878,34 +960,28 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
          .when(t == code["usage"], "app")
          .when(t == code["plan_change"], _pick(("web", "phone", "store"), u_a))
          .otherwise(_pick(("phone", "store", "web"), u_a, (0.6, 0.25, 0.15))).alias("channel"),
-        F.when(t == code["support_call"], _pick(SUPPORT_NOTES, Ui("support_note")))
+        F.when(t == code["support_call"], _pick(SUPPORT_NOTES, u_note))
          .when(t == code["plan_change"], "plan change").otherwise("").alias("note"),
-        bkind.alias("bkind"))
-    # A second projection, so that the generator reads the kind as a column (a generator's input is evaluated
-    # by the interpreter, outside the generated code).
-    bkind = F.col("bkind")
-    copies = (F.when(bkind == KIND_CODE["exact_duplicate"], F.array(F.lit(0), F.lit(1)))
-              .when(bkind == KIND_CODE["unknown_customer"], F.array(F.lit(0), F.lit(2)))
-              .otherwise(F.array(F.lit(0))))
-    df = df.select("*", F.explode_outer(copies).alias("copy"))
+        kind.alias("bkind"))
 
     # The record.
-    copy = F.col("copy")
-    kind = (F.when(copy == 1, KIND_CODE["exact_duplicate"]).when(copy == 2, KIND_CODE["unknown_customer"])
-            .when(F.col("bkind").isin(*_codes(ADDED_ROW_KINDS)), 0).otherwise(F.col("bkind")))
+    copy, t, idx = F.col("copy"), F.col("t"), F.col("idx")
     stranger = n + p.customers   # a customer number no customer row has
-    owner = F.when(copy == 2, stranger).otherwise(n)
+    tod = F.col("tod")
     fields = {
-        "event_id": F.concat(F.lit("E"), F.lpad((owner * EVENT_SLOTS + F.col("idx")).cast("string"), 12, "0")),
+        "event_id": F.concat(F.when(copy == 2, F.concat(F.lit("E"), F.lpad(stranger.cast("string"), 10, "0")))
+                             .otherwise(F.col("eprefix")), _two_digits(idx)),
         "customer_id": F.when(copy == 2, F.concat(F.lit("C"), F.lpad(stranger.cast("string"), 10, "0")))
                         .otherwise(F.col("customer_id")),
-        "event_ts": _ts_str(F.col("secs"), p),
+        "event_ts": F.concat(_date_str(F.col("day"), p), F.lit(" "), _two_digits(F.floor(tod / 3600)), F.lit(":"),
+                             _two_digits(F.floor(tod / 60) % 60), F.lit(":"), _two_digits(tod % 60)),
         "event_type": F.col("type"),
         "amount": _cents_str(F.col("cents")),
         "channel": F.col("channel"),
         "note": F.col("note"),
     }
-    u_var, u_val = U("defect_variant", copy), U("defect_value", copy)
+    hd = event_hash(seed, "event_defect_bits", n * EVENT_SLOTS + idx, copy)   # a defect's field and variant
+    u_field, u_var, u_val = bits_uniform(hd, 0), bits_uniform(hd, 1), bits_uniform(hd, 2)
     as_of_day = _epoch_day(p.as_of)
     time_part = F.substring(fields["event_ts"], 12, 8)
     note, cents = F.col("note"), F.col("cents")
@@ -929,13 +1005,13 @@ def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataF
         "tricky_quoting": (["note"], lambda ch: _tricky(F.when(note == "", "called").otherwise(note), u_var,
                                                         "follow-up")),
     }
-    df = _with_defect(df, "events", kind, U("defect_field", copy), rules)
-    added = F.col("bkind").isin(*_codes(("exact_duplicate", "unknown_customer")))
-    first = (n == F.col("block_start")) & (F.col("idx") == 0) & (copy == 0)
-    last = (n == F.col("block_end") - 1) & (F.col("idx") == F.col("n_events") - 1) & ((copy != 0) | ~added)
-    return df.select("file_index", _defect_line(fields, "events", u_var, first, plain={
-        "amount": _cents_str_nonneg(F.col("cents"))}).alias("line"),
-                     F.col("row_kind").alias("kind"), (F.col("rejected") & (copy == 0)).alias("cascade"),
+    df = _with_defect(df, "events", F.col("bkind"), u_field, rules)
+    r = F.col("r")
+    first = (n == F.col("block_start")) & (r == 0)
+    last = (n == F.col("block_end") - 1) & (r == F.col("n_records") - 1)
+    plain_amount = F.when(t <= code["late_payment"], F.col("monthly_str")).otherwise(_cents_str_nonneg(cents))
+    return df.select("file_index", _defect_line(fields, "events", u_var, first, plain={"amount": plain_amount})
+                     .alias("line"), F.col("row_kind").alias("kind"), F.col("rejected").alias("cascade"),
                      last.alias("last"))
 
 
