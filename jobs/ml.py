@@ -124,9 +124,13 @@ def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: 
                                      lambda wait=True: check_gpu_available(spark, wait), dict(params))
 
 
-# The modules a spark-rapids-ml LogisticRegression fit loads in its Python worker, in the order it loads them.
+# The modules a spark-rapids-ml LogisticRegression fit loads in its Python worker, in the order it loads them:
+# the last four when its CumlContext starts (ucxx first, as spark-rapids-ml does, so that UCX's libraries come from
+# ucxx). H200 run 5: the fit's cuML context took 2.5-2.6 s in a worker's first fit, 1.0 s in its later ones; part of
+# that difference is these imports (UCX's and NCCL's libraries), which the probe now pays beside the features stage.
 GPU_FIT_MODULES = ("cupy", "cupyx", "spark_rapids_ml.classification", "spark_rapids_ml.common.cuml_context",
-                   "cuml.linear_model.logistic_regression_mg")
+                   "cuml.linear_model.logistic_regression_mg", "ucxx", "pylibraft.common", "raft_dask.common",
+                   "raft_dask.common.nccl")
 _gpu_checks: dict[str, Future] = {}  # application id -> its one probe (running or done)
 _gpu_checks_lock = threading.Lock()
 
