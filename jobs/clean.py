@@ -32,7 +32,7 @@ from jobs.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASON, CA
                            EVENT_CATEGORICALS, EVENT_COLUMNS, MONTHLY_CHARGES_RANGE, QUARANTINE_COLUMNS,
                            REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
 from jobs.errors import UserError
-from jobs.session import get_spark
+from jobs.session import conf_flag, get_spark
 
 STAGE = "clean"
 # Whether the two classified frames are persisted for their two writes each (silver, then quarantine). The cpu
@@ -106,7 +106,7 @@ def held(spark: SparkSession, df: DataFrame) -> DataFrame:
     """``df`` persisted (memory, then disk) unless the profile sets ``PERSIST_KEY`` to false; then each write
     computes it again. Every step is deterministic (each window has a total order), so both ways write the
     same rows."""
-    if spark.conf.get(PERSIST_KEY, "true").strip().lower() == "false":
+    if not conf_flag(spark, PERSIST_KEY, True):
         return df
     return df.persist(StorageLevel.MEMORY_AND_DISK)
 

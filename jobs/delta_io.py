@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs import gpu_explain
 from jobs.contract import TABLES
+from jobs.session import conf_flag
 
 
 def table_path(lake: str, name: str) -> str:
@@ -53,7 +54,7 @@ def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple
         )
     v = version(spark, path) if at_version is None else at_version
     df = spark.read.format("delta").option("versionAsOf", v).load(path)
-    if spark.conf.get(FILES_AS_PARQUET_KEY, "false").strip().lower() == "true":
+    if conf_flag(spark, FILES_AS_PARQUET_KEY, False):
         df = snapshot_files_as_parquet(spark, path, df)
     return df, v
 

@@ -32,7 +32,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from jobs import delta_io
 from jobs.contract import DATASETS, QUARANTINE_COLUMNS, string_schema
 from jobs.errors import UserError
-from jobs.session import get_spark, session_conf
+from jobs.session import conf_flag, get_spark, session_conf
 
 STAGE = "ingest"
 CORRUPT = "_corrupt_record"
@@ -156,7 +156,7 @@ RAPIDS_SQL_KEY = "spark.churn.ingest.rapidsSql"
 
 def plugin_conf(spark: SparkSession) -> dict[str, str]:
     """The RAPIDS settings ingest's queries run with: the plugin's SQL off when the profile says so."""
-    if spark.conf.get(RAPIDS_SQL_KEY, "true").strip().lower() == "false":
+    if not conf_flag(spark, RAPIDS_SQL_KEY, True):
         return {"spark.rapids.sql.enabled": "false"}
     return {}
 

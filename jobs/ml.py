@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.errors import UserError
+from jobs.session import conf_flag
 
 IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
 FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
@@ -55,7 +56,7 @@ def implementation(spark: SparkSession) -> str:
 
 
 def cpu_fallback_enabled(spark: SparkSession) -> bool:
-    return spark.conf.get(FALLBACK_KEY, "false").strip().lower() == "true"
+    return conf_flag(spark, FALLBACK_KEY, False)
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: 
         )
     from spark_rapids_ml.classification import LogisticRegression
 
-    params = {"float32_inputs": spark.conf.get(FLOAT32_INPUTS_KEY, "true").strip().lower() != "false", **params}
+    params = {"float32_inputs": conf_flag(spark, FLOAT32_INPUTS_KEY, True), **params}
     estimator = LogisticRegression(featuresCols=list(feature_cols), **params)
     return LogisticRegressionTrainer(SPARK_RAPIDS_ML, estimator, feature_cols, lambda df: df,
                                      lambda wait=True: check_gpu_available(spark, wait), dict(params))

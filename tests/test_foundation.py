@@ -243,3 +243,23 @@ def _scan_file_indexes(df) -> list[str]:
         if node.nodeName().endswith("FileSourceScanExec") or node.nodeName().startswith("Scan"):
             found.append(node.relation().location().getClass().getSimpleName())
     return found
+
+
+@pytest.mark.parametrize("value, default, expected", [
+    (None, True, True), (None, False, False), ("false", True, False), (" TRUE ", False, True), ("False", True, False),
+])
+def test_profile_switches_read_true_or_false_and_default_when_unset(spark, value, default, expected):
+    from jobs.session import conf_flag, session_conf
+
+    key = "spark.churn.test.switch"
+    with session_conf(spark, {} if value is None else {key: value}):
+        assert conf_flag(spark, key, default) is expected
+
+
+def test_a_profile_switch_neither_true_nor_false_names_its_key(spark):
+    from jobs.errors import UserError
+    from jobs.session import conf_flag, session_conf
+
+    with session_conf(spark, {"spark.churn.clean.persist": "flase"}):
+        with pytest.raises(UserError, match=r"spark.churn.clean.persist='flase' is neither true nor false"):
+            conf_flag(spark, "spark.churn.clean.persist", True)
