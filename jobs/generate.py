@@ -20,7 +20,6 @@ import calendar
 import datetime as dt
 import json
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -29,7 +28,7 @@ from pyspark.sql import functions as F
 from jobs import contract as C
 from jobs import evaluate
 from jobs.errors import UserError
-from jobs.session import get_spark, session_conf
+from jobs.session import get_spark, session_conf, together
 
 KINDS_ALL = tuple(dict.fromkeys(C.DEFECT_KINDS["customers"] + C.DEFECT_KINDS["events"]))
 # Kinds that change the row itself (one row, one kind); the others add an extra row next to a clean one.
@@ -157,9 +156,7 @@ def _generate(spark: SparkSession, fs: "_Fs", p: Params) -> dict:
                                             n_cust_files, p),
         "truth": lambda: _write_truth(spark, fs, p, b0),
     }
-    with ThreadPoolExecutor(max_workers=len(writes)) as pool:
-        futures = {name: pool.submit(write) for name, write in writes.items()}
-        done = {name: f.result() for name, f in futures.items()}
+    done = together(writes)
     fs.delete("_tmp")
     churn = churn_summary(spark.read.parquet(fs.path("_truth")), p)
     return {

@@ -7,6 +7,7 @@ on the class path; the gpu-explain profile loads it in explain-only mode, which 
 from __future__ import annotations
 
 import re
+import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -60,6 +61,7 @@ class PlanCollector:
         self.enabled = enabled
         self.current = "unstaged"
         self.by_stage: dict[str, list[dict]] = {}
+        self._lock = threading.Lock()  # stages write tables from several threads (session.together)
 
     @classmethod
     def for_session(cls, spark) -> "PlanCollector":
@@ -79,10 +81,13 @@ class PlanCollector:
     def record(self, df: DataFrame, target: str) -> None:
         if not self.enabled:
             return
-        for fb in fallbacks(potential_gpu_plan(df)):
-            entry = {**fb.as_dict(), "target": target}
-            if entry not in self.by_stage.setdefault(self.current, []):
-                self.by_stage[self.current].append(entry)
+        found = fallbacks(potential_gpu_plan(df))
+        with self._lock:
+            entries = self.by_stage.setdefault(self.current, [])
+            for fb in found:
+                entry = {**fb.as_dict(), "target": target}
+                if entry not in entries:
+                    entries.append(entry)
 
     def save(self, path: str) -> None:
         import json

@@ -32,7 +32,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from jobs import delta_io
 from jobs.contract import DATASETS, QUARANTINE_COLUMNS, string_schema
 from jobs.errors import UserError
-from jobs.session import conf_flag, get_spark, session_conf
+from jobs.session import conf_flag, get_spark, session_conf, together
 
 STAGE = "ingest"
 CORRUPT = "_corrupt_record"
@@ -54,10 +54,14 @@ def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
 
     record = delta_io.StageRecord(STAGE)
     with one_task_per_file(spark), session_conf(spark, plugin_conf(spark)):
-        for ds, columns in DATASETS.items():
-            bronze = extract(spark, files[ds], columns).transform(bronze_rows(columns))
-            with session_conf(spark, BRONZE_TABLE_DEFAULTS):
-                record.wrote[f"bronze_{ds}"] = delta_io.overwrite(bronze, delta_io.table_path(lake, f"bronze_{ds}"))
+        # The two bronze writes run side by side: a dataset of few files (the customers: one task per file) would
+        # otherwise leave most cores idle for its whole write (H200 run 5: 16.7 s on 5 of 16 cores).
+        bronze = {f"bronze_{ds}": extract(spark, files[ds], columns).transform(bronze_rows(columns))
+                  for ds, columns in DATASETS.items()}
+        with session_conf(spark, BRONZE_TABLE_DEFAULTS):
+            record.wrote.update(together({
+                name: (lambda df=df, name=name: delta_io.overwrite(df, delta_io.table_path(lake, name)))
+                for name, df in bronze.items()}))
         parts = [extract(spark, files[ds], columns).transform(wrong_field_count_rows(ds))
                  for ds, columns in DATASETS.items()]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.

@@ -263,3 +263,45 @@ def test_a_profile_switch_neither_true_nor_false_names_its_key(spark):
     with session_conf(spark, {"spark.churn.clean.persist": "flase"}):
         with pytest.raises(UserError, match=r"spark.churn.clean.persist='flase' is neither true nor false"):
             conf_flag(spark, "spark.churn.clean.persist", True)
+
+
+def test_together_runs_spark_jobs_side_by_side_and_raises_only_after_all_finish(spark):
+    import threading
+
+    from jobs.session import together
+
+    started, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def slow_count():
+        started.set()
+        assert release.wait(60), "the other piece never ran while this one was running"
+        seen["local_property"] = spark.sparkContext.getLocalProperty("churn.test")
+        return spark.range(1000).count()
+
+    def quick_count():
+        assert started.wait(60)
+        n = spark.range(10).count()  # runs while slow_count is still waiting: the pieces overlap
+        release.set()
+        return n
+
+    spark.sparkContext.setLocalProperty("churn.test", "from the caller")
+    try:
+        assert together({"slow": slow_count, "quick": quick_count}) == {"slow": 1000, "quick": 10}
+    finally:
+        spark.sparkContext.setLocalProperty("churn.test", None)
+    assert seen["local_property"] == "from the caller"
+
+    finished = []
+
+    def fails():
+        raise ValueError("first piece broke")
+
+    def succeeds():
+        time.sleep(0.5)
+        finished.append(spark.range(5).count())
+        return 5
+
+    with pytest.raises(ValueError, match="first piece broke"):
+        together({"fails": fails, "succeeds": succeeds})
+    assert finished == [5]  # the other piece was not abandoned half-way
