@@ -84,7 +84,9 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None = No
     started = time.time()
     timings: dict[str, float] = {}
     oracle_auc = read_oracle_auc(manifest)
+    t0 = time.time()
     gold, gold_version = extract(spark, lake)
+    timings["read_gold"] = round(time.time() - t0, 3)
     params = {"reg_params": list(reg_params), "elastic_net": list(elastic_net), "max_iter": max_iter, "tol": tol,
               "features": list(contract.FEATURES), "split": [TRAIN_BELOW, VALIDATION_BELOW]}
     run_id = run_id or default_run_id(gold_version, params)
@@ -93,15 +95,21 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None = No
     # Build every estimator before any work, so a bad parameter stops early; the back end's pre-fit check (for
     # spark-rapids-ml a probe task that also warms the Python worker the fit will use) runs beside the split
     # count, and a missing GPU stops the stage before any fit.
+    t0 = time.time()
     trainers = estimators(spark, reg_params, elastic_net, max_iter, tol)
     trainer = next(iter(trainers.values()))
     trainer.check_can_fit(wait=False)
+    timings["build_estimators"] = round(time.time() - t0, 3)
     split = gold.transform(with_split)
     train_df = split.where(F.col("split") == "train").select(contract.LABEL, *contract.FEATURES)
     validation = split.where(F.col("split") == "validation")
     test = split.where(F.col("split") == "test")
+    t0 = time.time()
     counts = {name: n for name, n in split.groupBy("split").count().collect()}  # three rows
-    trainer.check_can_fit()
+    timings["split_counts"] = round(time.time() - t0, 3)
+    t0 = time.time()
+    trainer.check_can_fit()  # spark-rapids-ml: waits for the GPU probe (and the pipeline's warm-up fit)
+    timings["check_wait"] = round(time.time() - t0, 3)
     if not counts.get("train") or not counts.get("validation") or not counts.get("test"):
         raise UserError(f"gold has too few customers to split into train/validation/test ({counts}): "
                         f"generate more customers")
@@ -112,6 +120,7 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None = No
     timings["fit_grid"] = round(time.time() - t0, 3)
     print(f"train: {len(grid)} model(s) fitted in {timings['fit_grid']:.1f}s ({fitted[0].implementation})")
     # Every model's validation AUC from one scan of the validation rows.
+    t0 = time.time()
     probabilities = [f"p{i}" for i in range(len(fitted))]
     areas = evaluate.ranking_areas_of(
         validation.select(F.col(contract.LABEL), *[m.probability().alias(c) for m, c in zip(fitted, probabilities)]),
@@ -121,6 +130,7 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None = No
         candidates.append({**overrides, "validation_roc_auc": auc, "model": model})
         print(f"train: regParam={overrides['regParam']} elasticNetParam={overrides['elasticNetParam']} "
               f"validation AUC={auc:.4f}")
+    timings["validation_aucs"] = round(time.time() - t0, 3)
     best = choose(candidates)
     model: ml.FittedLogisticRegression = best["model"]
     timings["fit_and_tune"] = round(time.time() - started, 3)

@@ -177,6 +177,8 @@ def test_train_learns_the_signal_and_records_the_run(trained):
     assert set(info["versions"]) == {"pyspark", "delta-spark", "spark-rapids-ml"}
     assert 0.0 < info["threshold"] < 1.0
     assert {c["regParam"] for c in info["tuning"]} == {0.0, 0.01}
+    assert set(info["timings"]) == {"read_gold", "build_estimators", "split_counts", "check_wait", "fit_grid",
+                                    "validation_aucs", "fit_and_tune", "evaluate", "total"}
     assert set(info["coefficients"]) == set(contract.FEATURES)
     # The signal's directions are recovered; a noise feature stays small.
     coefficients = info["coefficients"]
