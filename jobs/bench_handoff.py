@@ -10,10 +10,9 @@ are timed:
 - srml_array_f32_sqloff: the same with the RAPIDS SQL plugin switched off for that query;
 - srml_cols_f64_warm: srml_cols_f64 again (the first spark-rapids-ml fit also pays the Python worker's cuML
                     import and CUDA context: the difference is that one-off cost);
-- gpu_probe:        the pipeline's GPU check (``ml.check_gpu_available`` with its warm-up fit, as ``ml.start_checks``
-                    starts it): one Python task importing what the fit imports and creating the CUDA context, then
-                    a fit of a few rows, leaving that worker warm for the fits after it (run 5 and before: no
-                    warm-up fit);
+- gpu_probe:        the train stage's GPU check (``ml.check_gpu_available``): one Python task importing what the
+                    fit imports and creating the CUDA context, leaving that worker warm for the fits after it
+                    (run 6 only: followed by a warm-up fit of a few rows, since removed: jobs/ml.py start_checks);
 - mllib_grid3, srml_grid3: the train stage's own call, one ``fitMultiple`` over its regParam grid; the model
                     kept is the grid's most regularised one (the one the train stage's rule picks on this data);
 - srml_grid3_warm:  srml_grid3 again; srml_grid3_tol1e-6: the same with cuML's tolerance at 1e-6 (cuML's ``tol``
@@ -111,7 +110,7 @@ def run(spark: SparkSession, lake: str, replicate: int = 1, num_workers: int | N
     if not only or "gpu_probe" in only:  # before every spark-rapids-ml variant: the fits after it find a warm worker
         t = time.perf_counter()
         try:
-            ml.check_gpu_available(spark, warm_up=True)
+            ml.check_gpu_available(spark)
             results.append({"variant": "gpu_probe", "seconds": round(time.perf_counter() - t, 2)})
         except Exception as e:
             results.append({"variant": "gpu_probe", "error": _error(e)})

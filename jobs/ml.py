@@ -138,14 +138,19 @@ _gpu_checks_lock = threading.Lock()
 
 def start_checks(spark: SparkSession) -> None:
     """Starts the profile's back-end check in the background, so that it overlaps other work: for
-    spark-rapids-ml the GPU probe and then a warm-up fit (``_warm_up_fit``), whose Python worker the fit then
-    reuses if the fit starts within Spark's idle-worker timeout (one minute without Python tasks). The check's
-    verdict comes at the fit, which also waits for the warm-up (so that the two never share the GPU)."""
+    spark-rapids-ml the GPU probe, whose Python worker the fit then reuses if the fit starts within Spark's
+    idle-worker timeout (one minute without Python tasks). The check's verdict comes at the fit.
+
+    No warm-up fit: H200 run 6 tried one (4,096 rows through the profile's estimator after the probe). It cut the
+    grid's fit from 11.2-13.7 to 9.8-10.1 s, but a spark-rapids-ml fit runs as a barrier task holding all of the
+    executor's cores and its GPU (stage-level scheduling), so for its 6.6-9.3 s nothing else ran: the train
+    stage's split count waited for it, and by the event log's times the stage would have ended 1-3 s sooner
+    without it (docs/gpu-validation.md, run 6)."""
     if implementation(spark) == SPARK_RAPIDS_ML:
-        check_gpu_available(spark, wait=False, warm_up=True)
+        check_gpu_available(spark, wait=False)
 
 
-def check_gpu_available(spark: SparkSession, wait: bool = True, warm_up: bool = False) -> None:
+def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
     """Stop with one clear message unless a Spark task can import what a spark-rapids-ml fit imports and use a
     CUDA device. One probe per application, in a background thread; ``wait=False`` only starts it.
 
@@ -161,60 +166,19 @@ def check_gpu_available(spark: SparkSession, wait: bool = True, warm_up: bool = 
     with _gpu_checks_lock:
         if app not in _gpu_checks:
             pool = ThreadPoolExecutor(1, thread_name_prefix="gpu-probe")
-            _gpu_checks[app] = pool.submit(_probe_and_warm_up, spark, warm_up)
+            _gpu_checks[app] = pool.submit(_probe_with_driver_import, spark)
             pool.shutdown(wait=False)  # the probe runs on; its thread ends with it
         check = _gpu_checks[app]
     if wait:
         check.result()  # raises the probe's UserError
 
 
-def _probe_and_warm_up(spark: SparkSession, warm_up: bool) -> None:
+def _probe_with_driver_import(spark: SparkSession) -> None:
     try:  # the driver's side of a fit, imported here rather than at the fit (~1 s, more where cuML is installed)
         import spark_rapids_ml.classification  # noqa: F401
     except ImportError:
         pass  # the estimator's own import reports it, where it is needed
     _probe_gpu(spark)
-    if warm_up:
-        _warm_up_fit(spark)
-
-
-# The warm-up fit: a few rows through the fit's whole path (Arrow hand-off, cuML context, NCCL, cuML's kernels
-# for the profile's precision, without and with a penalty, as the grid has). H200 run 5: a worker's first fit
-# spent 2.5-2.6 s in its cuML context and 5.3-7.0 s fitting the grid, against 1.0 s and 3.3-4.0 s for later fits.
-WARM_UP_ROWS, WARM_UP_FEATURES = 4096, 8
-WARM_UP_GRID = ({"regParam": 0.0}, {"regParam": 0.01})
-
-
-def warm_up_frame(spark: SparkSession) -> DataFrame:
-    """``WARM_UP_ROWS`` rows of a double ``label`` (both classes) and ``WARM_UP_FEATURES`` double features
-    ``x0``.., from built-in expressions over ``spark.range`` (nothing to read, the same on every run)."""
-    x = [F.sin(F.col("id") * F.lit(0.37 * (i + 1))).alias(f"x{i}") for i in range(WARM_UP_FEATURES)]
-    label = (F.sin(F.col("id") * F.lit(0.91)) + F.cos(F.col("id") * F.lit(0.13)) > 0).cast("double").alias("label")
-    return spark.range(WARM_UP_ROWS, numPartitions=1).select(label, *x)
-
-
-def warm_up_trainer(spark: SparkSession) -> LogisticRegressionTrainer:
-    """The profile's spark-rapids-ml estimator (its precision: ``FLOAT32_INPUTS_KEY``) over ``warm_up_frame``."""
-    return _rapids_trainer(spark, tuple(f"x{i}" for i in range(WARM_UP_FEATURES)),
-                           {"maxIter": 20, "standardization": True, "fitIntercept": True, "labelCol": "label"})
-
-
-def _warm_up_fit(spark: SparkSession) -> None:
-    """Fits ``WARM_UP_GRID`` on ``warm_up_frame`` with the profile's spark-rapids-ml estimator; a failure only
-    costs the speed-up (the real fit reports real problems), so it is printed, not raised."""
-    import time
-
-    t0 = time.perf_counter()
-    try:
-        df = warm_up_frame(spark)
-        trainer = warm_up_trainer(spark)
-        for _ in trainer.estimator.fitMultiple(df, trainer.param_maps(WARM_UP_GRID)):
-            pass
-    except Exception as e:
-        print(f"train: GPU warm-up fit failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-              f"the fit pays its start-up costs itself", flush=True)
-        return
-    print(f"train: GPU warm-up fit done in {time.perf_counter() - t0:.1f}s", flush=True)
 
 
 def _probe_gpu(spark: SparkSession) -> None:

@@ -110,24 +110,3 @@ def test_cli_reports_the_missing_gpu_as_one_line_and_exit_2(gpu_ml, tiny_lake, t
     assert code == 2
     assert err.startswith("error: spark.churn.ml.implementation=spark_rapids_ml needs a GPU") and "\n" not in err
 
-
-def test_warm_up_fit_uses_the_profiles_estimator_on_rows_of_both_classes(gpu_ml):
-    # The pipeline's warm-up fit must load what the real fit loads: the same back end in the same precision, on
-    # data it can fit (both classes, double features, no nulls).
-    df = ml.warm_up_frame(gpu_ml)
-    assert df.dtypes == [("label", "double")] + [(f"x{i}", "double") for i in range(ml.WARM_UP_FEATURES)]
-    rows = df.groupBy("label").count().collect()
-    assert {r["label"] for r in rows} == {0.0, 1.0} and sum(r["count"] for r in rows) == ml.WARM_UP_ROWS
-    assert min(r["count"] for r in rows) > ml.WARM_UP_ROWS // 10
-    assert df.where(" or ".join(f"x{i} is null" for i in range(ml.WARM_UP_FEATURES))).count() == 0
-    trainer = ml.warm_up_trainer(gpu_ml)
-    assert trainer.implementation == ml.SPARK_RAPIDS_ML and trainer.estimator._float32_inputs is False
-    assert trainer.estimator.getFeaturesCols() == df.columns[1:] and trainer.estimator.getLabelCol() == "label"
-    assert [m[trainer.estimator.getParam("regParam")] for m in trainer.param_maps(ml.WARM_UP_GRID)] == [0.0, 0.01]
-
-
-def test_pipeline_check_without_a_gpu_fails_before_any_warm_up(gpu_ml, capsys):
-    ml.start_checks(gpu_ml)
-    with pytest.raises(UserError, match="needs a GPU with cupy and cuML"):
-        ml.check_gpu_available(gpu_ml)
-    assert "warm-up" not in capsys.readouterr().out
