@@ -42,6 +42,12 @@ def exit_jvm(code: int) -> None:
 
 
 if __name__ == "__main__":
+    import faulthandler
+    import signal
+
+    # `kill -USR1 <this process>` writes every Python thread's stack to stderr and the job goes on (what a JVM
+    # does on SIGQUIT): for a driver that seems stuck (scripts/gpu-validate TRAIN_DUMPS).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     code = 1
     try:
         code = main()
