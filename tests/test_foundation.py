@@ -305,3 +305,22 @@ def test_together_runs_spark_jobs_side_by_side_and_raises_only_after_all_finish(
     with pytest.raises(ValueError, match="first piece broke"):
         together({"fails": fails, "succeeds": succeeds})
     assert finished == [5]  # the other piece was not abandoned half-way
+
+
+def test_gpu_libraries_are_preloaded_only_where_sql_runs_on_the_gpu(spark):
+    from types import SimpleNamespace
+
+    from jobs.session import preload_gpu_libraries
+
+    assert preload_gpu_libraries(spark) is None  # the test session: no RAPIDS plugin
+
+    def session_with(conf: dict):  # the real JVM (no RAPIDS jar on this class path), another profile's settings
+        return SimpleNamespace(conf=SimpleNamespace(get=lambda k, d=None: conf.get(k, d)),
+                               sparkContext=spark.sparkContext)
+
+    plugin = {"spark.plugins": "com.nvidia.spark.SQLPlugin"}
+    assert preload_gpu_libraries(session_with({**plugin, "spark.rapids.sql.mode": "explainOnly"})) is None
+    thread = preload_gpu_libraries(session_with({**plugin, "spark.rapids.sql.mode": "executeOnGpu"}))
+    assert thread is not None and thread.daemon
+    thread.join(30)
+    assert not thread.is_alive()  # the missing class is swallowed: the planner reports such problems itself
