@@ -1,5 +1,5 @@
-"""The one way a job gets its SparkSession: whatever spark-submit configured (conf/ profiles), nothing added;
-the one way a job changes a Spark SQL setting for a while (``session_conf``); the one way it reads a
+"""The one way a job gets its SparkSession: whatever spark-submit configured (conf/ profiles), nothing added to
+it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver); the one way a job changes a Spark SQL setting for a while (``session_conf``); the one way it reads a
 profile's true/false switch (``conf_flag``); and the one way it runs independent Spark jobs side by side
 (``together``)."""
 from __future__ import annotations

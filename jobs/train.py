@@ -108,7 +108,7 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None = No
     counts = {name: n for name, n in split.groupBy("split").count().collect()}  # three rows
     timings["split_counts"] = round(time.time() - t0, 3)
     t0 = time.time()
-    trainer.check_can_fit()  # spark-rapids-ml: waits for the GPU probe (and the pipeline's warm-up fit)
+    trainer.check_can_fit()  # spark-rapids-ml: waits for the GPU probe's verdict
     timings["check_wait"] = round(time.time() - t0, 3)
     if not counts.get("train") or not counts.get("validation") or not counts.get("test"):
         raise UserError(f"gold has too few customers to split into train/validation/test ({counts}): "
