@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -60,8 +61,7 @@ def run(spark: SparkSession, input: str, lake: str) -> delta_io.StageRecord:
                   for ds, columns in DATASETS.items()}
         with session_conf(spark, BRONZE_TABLE_DEFAULTS):
             record.wrote.update(together({
-                name: (lambda df=df, name=name: delta_io.overwrite(df, delta_io.table_path(lake, name)))
-                for name, df in bronze.items()}))
+                name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name)) for name, df in bronze.items()}))
         parts = [extract(spark, files[ds], columns).transform(wrong_field_count_rows(ds))
                  for ds, columns in DATASETS.items()]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.

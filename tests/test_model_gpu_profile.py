@@ -109,4 +109,3 @@ def test_cli_reports_the_missing_gpu_as_one_line_and_exit_2(gpu_ml, tiny_lake, t
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith("error: spark.churn.ml.implementation=spark_rapids_ml needs a GPU") and "\n" not in err
-
