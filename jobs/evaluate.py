@@ -97,22 +97,28 @@ def ranking_areas_of(df: DataFrame, probabilities: Sequence[str], label: str = L
 
 
 def log_loss(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> float:
+    return float(df.agg(_log_loss_column(label, probability)).first()["log_loss"])
+
+
+def _log_loss_column(label: str, probability: str) -> Column:
     p = F.least(F.greatest(F.col(probability), F.lit(EPS)), F.lit(1.0 - EPS))
     y = F.col(label)
-    row = df.agg(F.avg(-(y * F.log(p) + (F.lit(1.0) - y) * F.log(F.lit(1.0) - p))).alias("ll")).first()
-    return float(row["ll"])
+    return F.avg(-(y * F.log(p) + (F.lit(1.0) - y) * F.log(F.lit(1.0) - p))).alias("log_loss")
 
 
 def at_threshold(df: DataFrame, threshold: float, label: str = LABEL, probability: str = PROBABILITY) -> dict:
     """Confusion counts, precision, recall and F1 when ``probability >= threshold`` predicts churn."""
+    return _at_threshold_from(df.agg(*_confusion_columns(threshold, label, probability)).first(), threshold)
+
+
+def _confusion_columns(threshold: float, label: str, probability: str) -> list[Column]:
     predicted = F.col(probability) >= F.lit(threshold)
     actual = F.col(label) == F.lit(1.0)
-    row = df.agg(
-        F.sum(F.when(predicted & actual, 1).otherwise(0)).alias("tp"),
-        F.sum(F.when(predicted & ~actual, 1).otherwise(0)).alias("fp"),
-        F.sum(F.when(~predicted & actual, 1).otherwise(0)).alias("fn"),
-        F.sum(F.when(~predicted & ~actual, 1).otherwise(0)).alias("tn"),
-    ).first()
+    cells = {"tp": predicted & actual, "fp": predicted & ~actual, "fn": ~predicted & actual, "tn": ~predicted & ~actual}
+    return [F.sum(F.when(cell, 1).otherwise(0)).alias(name) for name, cell in cells.items()]
+
+
+def _at_threshold_from(row, threshold: float) -> dict:
     tp, fp, fn, tn = (int(row[k] or 0) for k in ("tp", "fp", "fn", "tn"))
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
@@ -174,25 +180,36 @@ def lift_top_decile(df: DataFrame, label: str = LABEL, probability: str = PROBAB
                     boundaries: list[float] | None = None) -> float:
     """Churn rate among the rows in decile 10 divided by the overall churn rate (1.0 = no better than random)."""
     boundaries = decile_boundaries(df, probability) if boundaries is None else boundaries
+    return _lift_from(df.agg(*_lift_columns(label, probability, boundaries)).first())
+
+
+def _lift_columns(label: str, probability: str, boundaries: list[float]) -> list[Column]:
     top = F.col(probability) > F.lit(boundaries[-1])
-    row = df.agg(F.avg(label).alias("rate"),
-                 F.avg(F.when(top, F.col(label))).alias("top_rate")).first()
+    return [F.avg(label).alias("rate"), F.avg(F.when(top, F.col(label))).alias("top_rate")]
+
+
+def _lift_from(row) -> float:
     if not row["rate"] or row["top_rate"] is None:
         return math.nan
     return float(row["top_rate"]) / float(row["rate"])
 
 
 def all_metrics(df: DataFrame, threshold: float, label: str = LABEL, probability: str = PROBABILITY) -> dict:
-    """Every metric above, for the run record: ranking, probability quality, and decisions at ``threshold``."""
+    """Every metric above, for the run record: ranking, probability quality, and decisions at ``threshold``.
+    Four scans of ``df`` (quantiles, ranking areas, calibration, and one aggregation for log loss, the
+    confusion counts, lift, base rate and rows), not one per metric: each scan is a Spark job whose fixed cost
+    (~0.3-0.8 s) is most of a metric's time at a few hundred thousand test rows."""
     boundaries = decile_boundaries(df, probability)
     roc, pr = ranking_areas(df, label, probability)
+    row = df.agg(_log_loss_column(label, probability), *_confusion_columns(threshold, label, probability),
+                 *_lift_columns(label, probability, boundaries), F.count(F.lit(1)).alias("rows")).first()
     return {
         "roc_auc": roc,
         "pr_auc": pr,
-        "log_loss": log_loss(df, label, probability),
-        "at_threshold": at_threshold(df, threshold, label, probability),
-        "lift_top_decile": lift_top_decile(df, label, probability, boundaries),
+        "log_loss": float(row["log_loss"]),
+        "at_threshold": _at_threshold_from(row, threshold),
+        "lift_top_decile": _lift_from(row),
         "calibration_by_decile": calibration_by_decile(df, label, probability, boundaries),
-        "base_rate": float(df.agg(F.avg(label)).first()[0]),
-        "rows": df.count(),
+        "base_rate": float(row["rate"]),
+        "rows": int(row["rows"]),
     }

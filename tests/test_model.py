@@ -136,6 +136,23 @@ def test_deciles_lift_and_calibration(spark):
     assert [c["observed_rate"] for c in calibration] == [y for y, _ in TEN]
 
 
+def test_all_metrics_from_their_fused_scans(spark):
+    # all_metrics computes log loss, the confusion counts, lift, base rate and rows in one aggregation: the same
+    # numbers as the one-metric functions, worked out by hand for TEN (churners at 0.25, 0.65 and 0.95).
+    got = evaluate.all_metrics(predictions(spark, TEN), 0.5)
+    # predicted (>= 0.5): 0.55 0.65 0.75 0.85 0.95 -> tp 0.65 0.95, fp 0.55 0.75 0.85; fn 0.25; tn the other four
+    assert {k: got["at_threshold"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 2, "fp": 3, "fn": 1, "tn": 4}
+    assert got["at_threshold"]["f1"] == pytest.approx(2 * 0.4 * (2 / 3) / (0.4 + 2 / 3))
+    expected_log_loss = -(math.log(0.25) + math.log(0.65) + math.log(0.95)
+                          + sum(math.log(1 - p) for p in (0.05, 0.15, 0.35, 0.45, 0.55, 0.75, 0.85))) / 10
+    assert got["log_loss"] == pytest.approx(expected_log_loss)
+    # positive/negative pairs ranked right: 0.25 beats 2 negatives, 0.65 beats 5, 0.95 all 7 -> 14 of 21
+    assert got["roc_auc"] == pytest.approx(14 / 21)
+    assert (got["rows"], got["base_rate"]) == (10, pytest.approx(0.3))
+    assert got["lift_top_decile"] == pytest.approx(1 / 0.3)
+    assert [c["n"] for c in got["calibration_by_decile"]] == [1] * 10
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Train + score on a synthetic gold table with a known signal.
 # ---------------------------------------------------------------------------------------------------------
