@@ -155,8 +155,9 @@ def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
     CUDA device. One probe per application, in a background thread; ``wait=False`` only starts it.
 
     Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver need not
-    have a GPU. The probe is a ``mapInPandas`` over one row, the same kind of Python task the fit runs (under the
-    RAPIDS Accelerator both go through its columnar Python runner), so the Python worker it leaves behind, with
+    have a GPU. The probe is a ``mapInPandas`` over one row per executor (``_probe_tasks``), the same kind of Python
+    task the fit runs (under the RAPIDS Accelerator both go through its columnar Python runner), so the Python
+    worker it leaves behind, with
     those modules imported and a CUDA context on the task's GPU, is the one the fit reuses
     (``spark.python.worker.reuse``): on the H200 the grid's fit fell from 23.6 s to 11.5 s, its wait for data from
     ~14.7 s to ~3 s (docs/gpu-validation.md, runs 3 and 4). Skipped when CPU fallback is on (then nothing needs the GPU)."""
@@ -220,10 +221,12 @@ def _probe_gpu(spark: SparkSession) -> None:
         seconds["cuda_context"] = round(time.time() - t0, 3)
         yield answer("")
 
+    tasks = _probe_tasks(spark)
     try:
-        probed = spark.range(1, numPartitions=1).mapInPandas(probe, "problem string, seconds string")
-        row = probed.collect()[0]  # one probe task, one row back
-        problem, seconds = row["problem"], row["seconds"]
+        probed = spark.range(tasks, numPartitions=tasks).mapInPandas(probe, "problem string, seconds string")
+        rows = probed.collect()  # one row per probe task
+        problem = next((r["problem"] for r in rows if r["problem"]), "")
+        seconds = "; ".join(r["seconds"] for r in rows)
     except Exception as e:  # the task itself could not run (e.g. it asks for a GPU resource no executor has)
         problem, seconds = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", ""
     if problem:
@@ -233,6 +236,18 @@ def _probe_gpu(spark: SparkSession) -> None:
             f"({IMPLEMENTATION_KEY}={PYSPARK_ML})"
         )
     print(f"train: GPU probe passed; seconds in its Python worker: {seconds}", flush=True)
+
+
+def _probe_tasks(spark: SparkSession) -> int:
+    """One probe task per executor registered now (1 in local mode, or before any executor registered): a fit
+    runs one task per GPU, and each should find a warm Python worker on its executor. Placement is Spark's:
+    tasks of one stage offered to idle executors go round-robin over them, so with every executor idle, as
+    between two stages, each gets one; a busy executor can still take two, and the fit then finds one cold
+    worker, as with a single probe."""
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return 1
+    return max(1, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)  # the driver is listed too
 
 
 @dataclass
