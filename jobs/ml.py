@@ -157,10 +157,10 @@ def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
     Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver need not
     have a GPU. The probe is a ``mapInPandas`` over one row per executor (``_probe_tasks``), the same kind of Python
     task the fit runs (under the RAPIDS Accelerator both go through its columnar Python runner), so the Python
-    worker it leaves behind, with
-    those modules imported and a CUDA context on the task's GPU, is the one the fit reuses
-    (``spark.python.worker.reuse``): on the H200 the grid's fit fell from 23.6 s to 11.5 s, its wait for data from
-    ~14.7 s to ~3 s (docs/gpu-validation.md, runs 3 and 4). Skipped when CPU fallback is on (then nothing needs the GPU)."""
+    worker it leaves behind, with those modules imported and a CUDA context on the task's GPU, is the one the fit
+    reuses (``spark.python.worker.reuse``): on the H200 the grid's fit fell from 23.6 s to 11.5 s, its wait for data
+    from ~14.7 s to ~3 s (docs/gpu-validation.md, runs 3 and 4). Skipped when CPU fallback is on (then nothing needs
+    the GPU)."""
     if cpu_fallback_enabled(spark):
         return
     app = spark.sparkContext.applicationId
