@@ -244,10 +244,10 @@ def _probe_tasks(spark: SparkSession) -> int:
     tasks of one stage offered to idle executors go round-robin over them, so with every executor idle, as
     between two stages, each gets one; a busy executor can still take two, and the fit then finds one cold
     worker, as with a single probe."""
-    sc = spark.sparkContext
-    if sc.master.startswith("local"):
+    jsc = spark.sparkContext._jsc.sc()
+    if jsc.isLocal():  # local[n]: the driver is the one executor (local-cluster has real ones)
         return 1
-    return max(1, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)  # the driver is listed too
+    return max(1, len(jsc.statusTracker().getExecutorInfos()) - 1)  # the driver is listed too
 
 
 @dataclass

@@ -3,6 +3,10 @@ MLlib's parameters mapped, refuses what the GPU cannot do unless CPU fallback is
 with one clear message when no GPU/cuML is there."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -109,3 +113,32 @@ def test_cli_reports_the_missing_gpu_as_one_line_and_exit_2(gpu_ml, tiny_lake, t
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith("error: spark.churn.ml.implementation=spark_rapids_ml needs a GPU") and "\n" not in err
+
+
+PROBE_TASKS = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from pyspark.sql import SparkSession
+from jobs import ml
+local = SparkSession.builder.master("local[2]").appName("probe-tasks").getOrCreate()
+print("LOCAL", ml._probe_tasks(local))
+local.stop()
+spark = (SparkSession.builder.master("local-cluster[2,1,1024]").config("spark.executor.memory", "512m")
+         .appName("probe-tasks").getOrCreate())
+for _ in range(120):  # until both executors registered (the driver is listed too)
+    if len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) >= 3:
+        break
+    time.sleep(0.5)
+print("CLUSTER", ml._probe_tasks(spark))
+"""
+
+
+@pytest.mark.slow
+def test_the_gpu_probe_has_one_task_per_executor():
+    # A fit runs one task per GPU (one executor per GPU): each should find a warm worker from the probe.
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", PROBE_TASKS, str(root)], capture_output=True, text=True,
+                         timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = dict(line.split() for line in out.stdout.splitlines() if line.startswith(("LOCAL", "CLUSTER")))
+    assert got == {"LOCAL": "1", "CLUSTER": "2"}
