@@ -1,5 +1,6 @@
-"""The generate stage: byte-identical output whatever the partitioning, defect counts that an independent
-parser (tests/csv_oracle.py) agrees with, a calibrated churn rate, the CSV line builder, argument errors."""
+"""The generate stage: byte-identical output whatever the partitioning or the profile, defect counts that an
+independent parser (tests/csv_oracle.py) agrees with, a calibrated churn rate, the CSV line builder, argument
+errors."""
 from __future__ import annotations
 
 import hashlib

@@ -1,6 +1,6 @@
 """The gpu profile's ML setting on a machine without a GPU: the train job builds spark-rapids-ml's estimator with
-MLlib's parameters mapped, refuses what the GPU cannot do unless CPU fallback is on, and stops before fitting
-with one clear message when no GPU/cuML is there."""
+MLlib's parameters mapped, refuses what the GPU cannot do unless CPU fallback is on, stops before fitting with
+one clear message when no GPU/cuML is there, and probes with one task per executor."""
 from __future__ import annotations
 
 import subprocess
