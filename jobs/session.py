@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
@@ -19,7 +20,43 @@ T = TypeVar("T")
 def get_spark(app_name: str) -> SparkSession:
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     preload_gpu_libraries(spark)
+    wait_for_gpu_executors(spark)
     return spark
+
+
+GPU_EXECUTOR_WAIT_KEY = "spark.churn.gpu.executorWaitSeconds"
+DEFAULT_GPU_EXECUTOR_WAIT_S = 600
+
+
+def wait_for_gpu_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
+    """Where the profile asks each executor for GPUs on a cluster, waits until one executor has registered, and
+    stops with one message naming the cause and the fix if none has within ``spark.churn.gpu.executorWaitSeconds``
+    (default 600; 0 waits as long as Spark does, i.e. for ever).
+
+    A cluster with no free GPU never starts such an executor: Spark itself only logs "Initial job has not accepted
+    any resources" every 15 s and the job waits for ever, before its first task. Not checked in local mode (the
+    launcher checks the machine's GPU), nor with dynamic allocation (executors then start only once tasks wait)."""
+    conf = spark.sparkContext.getConf()
+    amount = conf.get("spark.executor.resource.gpu.amount", "0") or "0"
+    jsc = spark.sparkContext._jsc.sc()
+    if (float(amount) <= 0 or jsc.isLocal()
+            or conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"):
+        return
+    raw = conf.get(GPU_EXECUTOR_WAIT_KEY, str(DEFAULT_GPU_EXECUTOR_WAIT_S))
+    try:
+        limit = float(raw)
+    except ValueError:
+        raise UserError(f"{GPU_EXECUTOR_WAIT_KEY}={raw!r} is not a number of seconds: set it in the profile "
+                        f"or with --conf (0 waits for ever)") from None
+    deadline = time.monotonic() + limit
+    while len(jsc.statusTracker().getExecutorInfos()) < 2:  # the driver is listed too
+        if limit > 0 and time.monotonic() > deadline:
+            raise UserError(
+                f"no executor started on {spark.sparkContext.master} within {limit:g} s: the profile asks each "
+                f"executor for {amount} GPU (spark.executor.resource.gpu.amount) and the cluster has none free. "
+                f"Start the workers with GPUs (spark.worker.resource.gpu.amount and a discovery script; README, "
+                f"'On a cluster'), free them, or use --profile cpu; {GPU_EXECUTOR_WAIT_KEY} sets how long to wait")
+        time.sleep(poll_s)
 
 
 def preload_gpu_libraries(spark: SparkSession) -> threading.Thread | None:

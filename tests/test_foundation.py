@@ -157,6 +157,23 @@ def test_submit_runs_a_job_on_a_standalone_cluster(standalone_cluster, tmp_path)
     assert list((tmp_path / "smoke" / "smoke_totals" / "_delta_log").glob("*.json"))
 
 
+@pytest.mark.slow
+def test_gpu_profile_on_a_cluster_without_gpus_stops_with_one_message(standalone_cluster, tmp_path):
+    # The worker offers no GPU, so Spark never starts an executor for the gpu profile and, left alone, the job
+    # would wait for ever before its first task.
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "gpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                          "--conf", "spark.churn.gpu.executorWaitSeconds=8",
+                          "smoke", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 2, out.stderr[-3000:]
+    # spark-submit passes the Python driver's stderr on through its stdout
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no executor started" in errors[0] and "within 8 s" in errors[0], out.stdout[-3000:]
+    assert "spark.worker.resource.gpu.amount" in errors[0] and "--profile cpu" in errors[0]
+    assert not (tmp_path / "smoke").exists()  # stopped before the job wrote anything
+
+
 def test_gradle_jars_are_exactly_the_pins_and_a_second_run_fetches_nothing():
     names = sorted(p.name for p in jars.JARS_DIR.iterdir())
     assert names == sorted([*jars.DELTA_JARS, jars.RAPIDS_JAR])
