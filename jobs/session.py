@@ -1,7 +1,8 @@
 """The one way a job gets its SparkSession: whatever spark-submit configured (conf/ profiles), nothing added to
-it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver); the one way a job changes a Spark SQL setting for a while (``session_conf``); the one way it reads a
-profile's true/false switch (``conf_flag``); and the one way it runs independent Spark jobs side by side
-(``together``)."""
+it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver and, on a cluster, waits
+for an executor with a GPU, or stops saying why none came); the one way a job changes a Spark SQL setting for a
+while (``session_conf``); the one way it reads a profile's true/false switch (``conf_flag``); and the one way it
+runs independent Spark jobs side by side (``together``)."""
 from __future__ import annotations
 
 import contextlib
