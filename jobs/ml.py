@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.errors import UserError
-from jobs.session import conf_flag
+from jobs.session import conf_flag, registered_executors
 
 IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
 FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
@@ -244,10 +244,7 @@ def _probe_tasks(spark: SparkSession) -> int:
     tasks of one stage offered to idle executors go round-robin over them, so with every executor idle, as
     between two stages, each gets one; a busy executor can still take two, and the fit then finds one cold
     worker, as with a single probe."""
-    jsc = spark.sparkContext._jsc.sc()
-    if jsc.isLocal():  # local[n]: the driver is the one executor (local-cluster has real ones)
-        return 1
-    return max(1, len(jsc.statusTracker().getExecutorInfos()) - 1)  # the driver is listed too
+    return max(1, registered_executors(spark))  # local mode (0): the driver runs the one probe task
 
 
 @dataclass

@@ -39,9 +39,8 @@ def wait_for_gpu_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
     launcher checks the machine's GPU), nor with dynamic allocation (executors then start only once tasks wait)."""
     conf = spark.sparkContext.getConf()
     amount = conf.get("spark.executor.resource.gpu.amount", "0") or "0"
-    jsc = spark.sparkContext._jsc.sc()
-    if (float(amount) <= 0 or jsc.isLocal()
-            or conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"):
+    if (float(amount) <= 0 or spark.sparkContext._jsc.sc().isLocal()
+            or conf_flag(spark, "spark.dynamicAllocation.enabled", False)):
         return
     raw = conf.get(GPU_EXECUTOR_WAIT_KEY, str(DEFAULT_GPU_EXECUTOR_WAIT_S))
     try:
@@ -50,7 +49,7 @@ def wait_for_gpu_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
         raise UserError(f"{GPU_EXECUTOR_WAIT_KEY}={raw!r} is not a number of seconds: set it in the profile "
                         f"or with --conf (0 waits for ever)") from None
     deadline = time.monotonic() + limit
-    while len(jsc.statusTracker().getExecutorInfos()) < 2:  # the driver is listed too
+    while registered_executors(spark) < 1:
         if limit > 0 and time.monotonic() > deadline:
             raise UserError(
                 f"no executor started on {spark.sparkContext.master} within {limit:g} s: the profile asks each "
@@ -58,6 +57,12 @@ def wait_for_gpu_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
                 f"Start the workers with GPUs (spark.worker.resource.gpu.amount and a discovery script; README, "
                 f"'On a cluster'), free them, or use --profile cpu; {GPU_EXECUTOR_WAIT_KEY} sets how long to wait")
         time.sleep(poll_s)
+
+
+def registered_executors(spark: SparkSession) -> int:
+    """Executors registered with the driver now (local mode: 0, the driver runs the tasks itself)."""
+    jsc = spark.sparkContext._jsc.sc()
+    return 0 if jsc.isLocal() else len(jsc.statusTracker().getExecutorInfos()) - 1  # the driver is listed too
 
 
 def preload_gpu_libraries(spark: SparkSession) -> threading.Thread | None:

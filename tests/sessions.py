@@ -1,8 +1,10 @@
 """SparkSessions for tests, built from the same conf/ profiles scripts/submit uses, shrunk for small data."""
 from __future__ import annotations
 
-import sys
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -29,3 +31,16 @@ def build_session(profile: str, warehouse: str, master: str = "local[2]", app: s
     for key, value in props.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(code: str, *args: str, timeout: int = 300) -> str:
+    """Runs ``code`` in a Python process of its own, from the repository root, with ``args`` as ``sys.argv[1:]``,
+    and returns its stdout; a nonzero exit fails the calling test with the end of its stderr. For a Spark session of
+    another profile (or master) than the test session's: each needs a JVM of its own."""
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout

@@ -16,8 +16,7 @@ from pyspark.sql import Row
 from pyspark.sql.utils import AnalysisException
 
 from jobs import delta_io, jars, profiles
-
-ROOT = Path(__file__).resolve().parent.parent
+from sessions import ROOT, run_python
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -79,10 +78,8 @@ QUERY = ("SELECT id % 5 AS bucket, count(*) AS n, sum(id) AS total, "
 
 def run_probe(profile: str, tmp_path: Path) -> dict:
     code = EXPLAIN_PROBE.replace("QUERY", repr(QUERY))
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests"), profile, str(tmp_path / profile)],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+    stdout = run_python(code, str(ROOT / "tests"), profile, str(tmp_path / profile))
+    line = next(l for l in stdout.splitlines() if l.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 import csv_oracle
+from sessions import ROOT, run_python
 from jobs import generate
 from jobs.errors import UserError
 
@@ -168,11 +167,9 @@ generate.run(spark, sys.argv[3], partitions=2, **json.loads(sys.argv[4]))
 def test_generate_runs_under_a_rapids_profile_with_the_same_bytes(plain_runs, tmp_path):
     # The RAPIDS plugin 25.04 failed while planning generate's observe() ("Found an aggregation function in an
     # unexpected context"), even in explain-only mode, so `scripts/pipeline --profile gpu` could not generate.
-    root = Path(__file__).resolve().parents[1]
     out = tmp_path / "gen"
-    proc = subprocess.run([sys.executable, "-c", GENERATE_UNDER_RAPIDS, str(root / "tests"), str(tmp_path / "wh"),
-                           str(out), json.dumps(SMALL)], capture_output=True, text=True, timeout=600, cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_python(GENERATE_UNDER_RAPIDS, str(ROOT / "tests"), str(tmp_path / "wh"), str(out), json.dumps(SMALL),
+               timeout=600)
     cpu_out, cpu_manifest = plain_runs[2]
     assert _files(out) == _files(cpu_out)
     assert json.loads((out / "manifest.json").read_text())["datasets"] == cpu_manifest["datasets"]

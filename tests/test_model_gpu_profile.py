@@ -3,15 +3,12 @@ MLlib's parameters mapped, refuses what the GPU cannot do unless CPU fallback is
 one clear message when no GPU/cuML is there, and probes with one task per executor."""
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from pyspark.sql import functions as F
 
 from jobs import cli, contract, delta_io, ml, profiles, train
 from jobs.errors import UserError
+from sessions import ROOT, run_python
 
 GPU_ML = {k: v for k, v in profiles.load_profile("gpu").items()
           if k in (ml.IMPLEMENTATION_KEY, ml.FALLBACK_KEY, ml.FLOAT32_INPUTS_KEY)}
@@ -120,13 +117,14 @@ import sys, time
 sys.path.insert(0, sys.argv[1])
 from pyspark.sql import SparkSession
 from jobs import ml
+from jobs.session import registered_executors
 local = SparkSession.builder.master("local[2]").appName("probe-tasks").getOrCreate()
 print("LOCAL", ml._probe_tasks(local))
 local.stop()
 spark = (SparkSession.builder.master("local-cluster[2,1,1024]").config("spark.executor.memory", "512m")
          .appName("probe-tasks").getOrCreate())
-for _ in range(120):  # until both executors registered (the driver is listed too)
-    if len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) >= 3:
+for _ in range(120):  # until both executors registered
+    if registered_executors(spark) >= 2:
         break
     time.sleep(0.5)
 print("CLUSTER", ml._probe_tasks(spark))
@@ -136,9 +134,6 @@ print("CLUSTER", ml._probe_tasks(spark))
 @pytest.mark.slow
 def test_the_gpu_probe_has_one_task_per_executor():
     # A fit runs one task per GPU (one executor per GPU): each should find a warm worker from the probe.
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", PROBE_TASKS, str(root)], capture_output=True, text=True,
-                         timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = dict(line.split() for line in out.stdout.splitlines() if line.startswith(("LOCAL", "CLUSTER")))
+    stdout = run_python(PROBE_TASKS, str(ROOT))
+    got = dict(line.split() for line in stdout.splitlines() if line.startswith(("LOCAL", "CLUSTER")))
     assert got == {"LOCAL": "1", "CLUSTER": "2"}

@@ -7,13 +7,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from jobs import contract, gpu_gate
-
-ROOT = Path(__file__).resolve().parent.parent
+from jobs import gpu_gate
+from sessions import ROOT, run_python
 ENV = {**os.environ, "SKIP_SETUP": "1", "PYTHONUNBUFFERED": "1"}
 
 
@@ -119,10 +117,8 @@ print("RESULT " + json.dumps({"built_ins": built_ins, "unexpected": bad}))
 
 @pytest.mark.slow
 def test_the_gate_catches_a_transform_that_gains_a_fallback(tmp_path):
-    out = subprocess.run([sys.executable, "-c", GATE_PROBE, str(ROOT / "tests"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    stdout = run_python(GATE_PROBE, str(ROOT / "tests"), str(tmp_path))
+    got = json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[7:])
     assert got["built_ins"] == []  # trim/upper run on the GPU: nothing to report
     names = {f["name"] for f in got["unexpected"]}
     assert got["unexpected"] and all(f["target"] == "with-udf" and f["stage"] == "clean" for f in got["unexpected"])
