@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "jobs"
 
 
+# Resource requests that only a cluster manager can grant (see spark_submit_command).
+LOCAL_MODE_DROPPED = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
+                      "spark.executor.resource.gpu.discoveryScript")
+
+
 class SubmitError(Exception):
     pass
 
@@ -71,6 +76,11 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
             "Use --profile cpu, or --profile gpu-explain to see what would run on a GPU, "
             "or submit to a cluster with GPU executors (--master)."
         )
+    if master.startswith("local"):
+        # Local mode offers its tasks no GPU resource, so a task that asks for a share of one is never scheduled
+        # (the job waits for ever at its first stage). The plugin and spark-rapids-ml use the local GPU without.
+        for key in LOCAL_MODE_DROPPED:
+            props.pop(key, None)
     for kv in extra_conf:
         key, sep, value = kv.partition("=")
         if not sep:
