@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "jobs"
 
 
-# Resource requests that only a cluster manager can grant (see spark_submit_command).
+# Resource requests that only a cluster manager can grant (see for_master).
 LOCAL_MODE_DROPPED = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
                       "spark.executor.resource.gpu.discoveryScript")
 
@@ -58,6 +58,16 @@ def has_local_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def for_master(props: dict[str, str], master: str) -> dict[str, str]:
+    """The profile's properties as ``master`` can honour them. Local mode offers its tasks no GPU resource, so
+    a task that asks for a share of one is never scheduled: the job would wait for ever at its first stage
+    (seen on the H200 with the gpu profile under local[*]). The plugin and spark-rapids-ml find the local GPU
+    without those requests."""
+    if not master.startswith("local"):
+        return dict(props)
+    return {k: v for k, v in props.items() if k not in LOCAL_MODE_DROPPED}
+
+
 def spark_submit_command(profile: str, master: str, job: str, job_args: list[str],
                          extra_conf: list[str], workdir: Path) -> tuple[list[str], dict[str, str]]:
     if job not in STAGES:
@@ -76,11 +86,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
             "Use --profile cpu, or --profile gpu-explain to see what would run on a GPU, "
             "or submit to a cluster with GPU executors (--master)."
         )
-    if master.startswith("local"):
-        # Local mode offers its tasks no GPU resource, so a task that asks for a share of one is never scheduled
-        # (the job waits for ever at its first stage). The plugin and spark-rapids-ml use the local GPU without.
-        for key in LOCAL_MODE_DROPPED:
-            props.pop(key, None)
+    props = for_master(props, master)
     for kv in extra_conf:
         key, sep, value = kv.partition("=")
         if not sep:

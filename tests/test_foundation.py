@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 from pyspark.sql import Row
 from pyspark.sql.utils import AnalysisException
 
-from jobs import delta_io, jars, profiles
+from jobs import delta_io, jars, launcher, profiles
 from sessions import ROOT, run_python
 VENV_BIN = Path(sys.executable).parent
 
@@ -193,6 +193,33 @@ def test_submit_refuses_bad_invocations_with_one_line(args, message):
     assert out.returncode == 2
     assert message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+LOCAL_GPU_PROFILE_JOB = """
+import json, sys
+from pyspark.sql import SparkSession
+b = SparkSession.builder.master("local[2]")
+for k, v in json.loads(sys.argv[1]).items():
+    b = b.config(k, v)
+print("rows", b.getOrCreate().range(1000).repartition(4).count())
+"""
+
+
+def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
+    """Local mode offers its tasks no GPU resource, so a task asking for 1/8 of a GPU is never scheduled:
+    ``scripts/pipeline --profile gpu`` on one GPU machine waited for ever at its first stage (H200, run 8).
+    submit drops the requests for a local master and keeps them for a cluster; a real local Spark with the
+    profile's settings, the plugin aside (this machine has no GPU), then runs its jobs."""
+    gpu = profiles.load_profile("gpu")
+    assert launcher.for_master(gpu, "spark://127.0.0.1:7077") == gpu
+    assert gpu["spark.task.resource.gpu.amount"] == "0.125"
+    local = launcher.for_master(gpu, "local[2]")
+    assert set(gpu) - set(local) == set(launcher.LOCAL_MODE_DROPPED)
+    job = {k: v for k, v in local.items() if k not in ("spark.plugins", "spark.kryo.registrator")}
+    job["spark.driver.memory"] = "1g"
+    job["spark.jars"] = ",".join(str(j) for j in jars.jars_for(rapids=False))   # the profile's Delta catalog
+    # Before the fix this job never finished: the process outlived the timeout and the test failed.
+    assert "rows 1000" in run_python(LOCAL_GPU_PROFILE_JOB, json.dumps(job), timeout=180)
 
 
 def test_missing_jars_name_the_fix(tmp_path):
