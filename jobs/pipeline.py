@@ -117,16 +117,21 @@ def validate(args: PipelineArgs) -> PipelineArgs:
 
 
 class Progress:
-    """One line per stage start and end on stdout, with elapsed time and row counts."""
+    """One line per stage start and end on stdout, with elapsed time and row counts. Each stage's Spark jobs
+    carry the stage's name as their job group (the Spark UI and the event log group them by it;
+    scripts/bench-memory reads each stage's memory peaks that way)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sc=None) -> None:
         self.t0 = time.perf_counter()
         self.timings: dict[str, float] = {}
+        self.sc = sc
 
     def line(self, text: str) -> None:
         print(f"[pipeline {time.perf_counter() - self.t0:7.1f}s] {text}", flush=True)
 
     def stage(self, name: str, fn, describe=lambda r: ""):
+        if self.sc is not None:
+            self.sc.setJobGroup(name, f"pipeline stage {name}")
         self.line(f"{name}: start")
         t = time.perf_counter()
         result = fn()
@@ -152,7 +157,7 @@ def _per_dataset(record, *fields: str) -> str:
 def run(spark, args: PipelineArgs) -> dict:
     from jobs import clean, features, generate, ingest, ml, report, score, train
 
-    progress = Progress()
+    progress = Progress(spark.sparkContext)
     ui = spark.sparkContext.uiWebUrl
     progress.line(f"Spark {spark.version}, master {spark.sparkContext.master}"
                   + (f", UI at {ui}" if ui else ""))
