@@ -4,7 +4,8 @@
 
 Pipeline args: see ``jobs/pipeline.py`` (--out, --input, --customers, --as-of, ...). Bad calls (unknown
 profile, missing input folder, unwritable output, --customers 0) end in one line and exit 2, before any
-table is written. Spark event logs go to <out>/eventlog, for Spark's history server.
+table is written. Spark event logs go to <out>/eventlog, for Spark's history server, with each stage's memory
+peaks (MEMORY_PEAKS).
 """
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ from pathlib import Path
 
 from jobs import launcher, pipeline
 from jobs.errors import UserError
+
+
+# The event log also keeps, per Spark stage and executor, the peaks of the executor's memory metrics (JVM heap,
+# execution and storage memory, the resident memory of the JVM and its Python workers), sampled every 250 ms
+# rather than at each 10 s heartbeat, which short stages would slip between: jobs/eventlog.py reads them per
+# pipeline stage (scripts/bench-memory); the history server shows them per stage.
+MEMORY_PEAKS = ("spark.eventLog.logStageExecutorMetrics=true", "spark.executor.metrics.pollingInterval=250ms",
+                "spark.executor.processTreeMetrics.enabled=true")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2 if e.code else 0
         eventlog = Path(args.out).resolve() / "eventlog"
         eventlog.mkdir(parents=True, exist_ok=True)
-        conf = [*ns.conf, "spark.eventLog.enabled=true", f"spark.eventLog.dir={eventlog.as_uri()}"]
+        conf = [*ns.conf, "spark.eventLog.enabled=true", f"spark.eventLog.dir={eventlog.as_uri()}", *MEMORY_PEAKS]
         job_args = [*rest, "--as-of", args.as_of]
         cmd, env = launcher.spark_submit_command(ns.profile, ns.master, "pipeline", job_args, conf, Path(tmp))
         return subprocess.call(cmd, env=env)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from jobs import gpu_gate
+from jobs import eventlog, gpu_gate
 from sessions import ROOT, run_python
 ENV = {**os.environ, "SKIP_SETUP": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -91,6 +91,41 @@ def test_every_gpu_fallback_is_allow_listed(compared):
     assert gpu_gate.unexpected(fallbacks["stages"], gpu_gate.load_allowlist()) == []
     report_md = (out / "gpu-explain" / "report" / "report.md").read_text()
     assert "## What would not run on the GPU" in report_md
+
+
+@pytest.mark.slow
+def test_the_event_log_gives_each_pipeline_stage_its_memory_peaks(compared):
+    """The pipeline's jobs carry their stage's name as job group and its event log keeps every Spark stage's
+    memory peaks, so scripts/bench-memory can read them per pipeline stage."""
+    out, _ = compared
+    peaks = eventlog.stage_peaks(eventlog.log_file(out / "cpu" / "eventlog"))
+    assert {"ingest", "clean", "features", "train", "score", "report"} <= set(peaks), sorted(peaks)
+    for stage in ("ingest", "clean", "features", "train", "score"):
+        p = peaks[stage]
+        assert set(p) == set(eventlog.METRICS), (stage, p)   # process-tree metrics included
+        assert 0 < p["JVMHeapMemory"] <= p["ProcessTreeJVMRSSMemory"], (stage, p)
+
+
+def test_stage_peaks_take_the_maximum_per_job_group(tmp_path):
+    """Hand-made event log: job 0 (group ingest) runs stages 0 and 1, job 1 (no group) stage 2; stage 1 ran on
+    two executors. Peaks are maxima over stages and executors; a metric not reported stays out."""
+    events = [
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "ingest"}},
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2], "Properties": {}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 0, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 100, "OnHeapExecutionMemory": 10, "MinorGCCount": 3}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 1, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 300, "OnHeapExecutionMemory": 5}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 1, "Executor ID": "2",
+         "Executor Metrics": {"JVMHeapMemory": 200, "OnHeapExecutionMemory": 50}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 2, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 70}},
+    ]
+    log = tmp_path / "app-1"
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert eventlog.stage_peaks(log) == {"ingest": {"JVMHeapMemory": 300, "OnHeapExecutionMemory": 50},
+                                         eventlog.NO_GROUP: {"JVMHeapMemory": 70}}
+    assert eventlog.log_file(tmp_path) == log
 
 
 GATE_PROBE = r"""
