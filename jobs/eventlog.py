@@ -27,24 +27,53 @@ def log_file(eventlog_dir: str | Path) -> Path:
     return files[0]
 
 
+# Task totals kept per job group: task time, JVM garbage collection, and what sorts, aggregations and joins
+# spilled for want of execution memory (in memory, deserialised, and on disk, serialised).
+TASK_TOTALS = {"run_ms": "Executor Run Time", "gc_ms": "JVM GC Time",
+               "spilled_memory_bytes": "Memory Bytes Spilled", "spilled_disk_bytes": "Disk Bytes Spilled"}
+
+
+def _events(path: str | Path):
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
+def _group_of_stage(events) -> dict[int, str]:
+    group_of_stage: dict[int, str] = {}
+    for e in events:
+        if e["Event"] == "SparkListenerJobStart":
+            group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
+            for stage in e["Stage IDs"]:
+                group_of_stage.setdefault(stage, group)
+    return group_of_stage
+
+
+def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
+    """{job group: {"tasks": n, and each of TASK_TOTALS summed over its tasks}}. Spilling is what shows a stage
+    short of memory: execution memory itself is elastic (Spark lends a sort or aggregation whatever the unified
+    pool has free, and spills beyond it), so its peak tracks what was free more than what was needed."""
+    groups = _group_of_stage(_events(path))
+    totals: dict[str, dict[str, int]] = {}
+    for e in _events(path):
+        if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            t = totals.setdefault(groups.get(e["Stage ID"], NO_GROUP), {"tasks": 0, **{k: 0 for k in TASK_TOTALS}})
+            t["tasks"] += 1
+            for key, field in TASK_TOTALS.items():
+                t[key] += int(e["Task Metrics"].get(field, 0))
+    return totals
+
+
 def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:
     """{job group: {metric: peak bytes over its Spark stages and executors}}; Spark stages whose jobs had no
     group count under NO_GROUP. A metric an executor did not report is left out."""
-    group_of_stage: dict[int, str] = {}
+    group_of_stage = _group_of_stage(_events(path))
     peaks: dict[str, dict[str, int]] = {}
-    pending: list[tuple[int, dict]] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            e = json.loads(line)
-            kind = e["Event"]
-            if kind == "SparkListenerJobStart":
-                group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
-                for stage in e["Stage IDs"]:
-                    group_of_stage.setdefault(stage, group)
-            elif kind == "SparkListenerStageExecutorMetrics":
-                pending.append((e["Stage ID"], e["Executor Metrics"]))
-    for stage, metrics in pending:
-        mine = peaks.setdefault(group_of_stage.get(stage, NO_GROUP), {})
+    for e in _events(path):
+        if e["Event"] != "SparkListenerStageExecutorMetrics":
+            continue
+        metrics = e["Executor Metrics"]
+        mine = peaks.setdefault(group_of_stage.get(e["Stage ID"], NO_GROUP), {})
         for m in METRICS:
             if m in metrics:
                 mine[m] = max(mine.get(m, 0), int(metrics[m]))
