@@ -62,8 +62,9 @@ def for_master(props: dict[str, str], master: str) -> dict[str, str]:
     """The profile's properties as ``master`` can honour them. Local mode offers its tasks no GPU resource, so
     a task that asks for a share of one is never scheduled: the job would wait for ever at its first stage
     (seen on the H200 with the gpu profile under local[*]). The plugin and spark-rapids-ml find the local GPU
-    without those requests."""
-    if not master.startswith("local"):
+    without those requests. A ``local-cluster[...]`` master is not local mode: its executors are real and keep
+    the requests, as on any cluster."""
+    if not (master == "local" or master.startswith("local[")):
         return dict(props)
     return {k: v for k, v in props.items() if k not in LOCAL_MODE_DROPPED}
 
