@@ -33,31 +33,28 @@ TASK_TOTALS = {"run_ms": "Executor Run Time", "gc_ms": "JVM GC Time",
                "spilled_memory_bytes": "Memory Bytes Spilled", "spilled_disk_bytes": "Disk Bytes Spilled"}
 
 
-def _events(path: str | Path):
+def _grouped(path: str | Path):
+    """Each event of the log with the job group of its Spark stage (None where the event names no stage). One
+    pass: a job's start, which names its stages and carries its group, comes before anything of those stages."""
+    group_of_stage: dict[int, str] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
-            yield json.loads(line)
-
-
-def _group_of_stage(events) -> dict[int, str]:
-    group_of_stage: dict[int, str] = {}
-    for e in events:
-        if e["Event"] == "SparkListenerJobStart":
-            group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
-            for stage in e["Stage IDs"]:
-                group_of_stage.setdefault(stage, group)
-    return group_of_stage
+            e = json.loads(line)
+            if e["Event"] == "SparkListenerJobStart":
+                group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
+                for stage in e["Stage IDs"]:
+                    group_of_stage.setdefault(stage, group)
+            yield e, (group_of_stage.get(e["Stage ID"], NO_GROUP) if "Stage ID" in e else None)
 
 
 def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
     """{job group: {"tasks": n, and each of TASK_TOTALS summed over its tasks}}. Spilling is what shows a stage
     short of memory: execution memory itself is elastic (Spark lends a sort or aggregation whatever the unified
     pool has free, and spills beyond it), so its peak tracks what was free more than what was needed."""
-    groups = _group_of_stage(_events(path))
     totals: dict[str, dict[str, int]] = {}
-    for e in _events(path):
+    for e, group in _grouped(path):
         if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
-            t = totals.setdefault(groups.get(e["Stage ID"], NO_GROUP), {"tasks": 0, **{k: 0 for k in TASK_TOTALS}})
+            t = totals.setdefault(group, {"tasks": 0, **{k: 0 for k in TASK_TOTALS}})
             t["tasks"] += 1
             for key, field in TASK_TOTALS.items():
                 t[key] += int(e["Task Metrics"].get(field, 0))
@@ -67,13 +64,12 @@ def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
 def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:
     """{job group: {metric: peak bytes over its Spark stages and executors}}; Spark stages whose jobs had no
     group count under NO_GROUP. A metric an executor did not report is left out."""
-    group_of_stage = _group_of_stage(_events(path))
     peaks: dict[str, dict[str, int]] = {}
-    for e in _events(path):
+    for e, group in _grouped(path):
         if e["Event"] != "SparkListenerStageExecutorMetrics":
             continue
         metrics = e["Executor Metrics"]
-        mine = peaks.setdefault(group_of_stage.get(e["Stage ID"], NO_GROUP), {})
+        mine = peaks.setdefault(group, {})
         for m in METRICS:
             if m in metrics:
                 mine[m] = max(mine.get(m, 0), int(metrics[m]))
