@@ -174,12 +174,13 @@ def test_gpu_profile_on_a_cluster_without_gpus_stops_with_one_message(standalone
 def test_gradle_jars_are_exactly_the_pins_and_a_second_run_fetches_nothing():
     names = sorted(p.name for p in jars.JARS_DIR.iterdir())
     assert names == sorted([*jars.DELTA_JARS, jars.RAPIDS_JAR])
-    before = {p.name: p.stat().st_mtime_ns for p in jars.JARS_DIR.iterdir()}
-    out = subprocess.run(["gradle", "--offline", "--console=plain", "jars"], cwd=ROOT,
+    built = [*jars.JARS_DIR.iterdir(), jars.GENERATOR_JAR]
+    before = {p: p.stat().st_mtime_ns for p in built}
+    out = subprocess.run(["gradle", "--offline", "--console=plain", "jars", "generatorJar"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert ":jars UP-TO-DATE" in out.stdout
-    assert {p.name: p.stat().st_mtime_ns for p in jars.JARS_DIR.iterdir()} == before
+    assert ":jars UP-TO-DATE" in out.stdout and ":generatorJar UP-TO-DATE" in out.stdout
+    assert {p: p.stat().st_mtime_ns for p in built} == before
 
 
 @pytest.mark.parametrize("args, message", [
@@ -223,8 +224,9 @@ def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
 
 
 def test_missing_jars_name_the_fix(tmp_path):
-    with pytest.raises(jars.MissingJarsError, match="Run scripts/setup"):
-        jars.jars_for(rapids=True, jars_dir=tmp_path)
+    with pytest.raises(jars.MissingJarsError, match="Run scripts/setup") as e:
+        jars.jars_for(rapids=True, jars_dir=tmp_path / "jars")
+    assert "churn-generate.jar" in str(e.value) and jars.RAPIDS_JAR in str(e.value)
 
 
 def test_profiles_merge_base_and_share_rapids_settings():
