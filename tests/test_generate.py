@@ -1,6 +1,6 @@
 """The generate stage: byte-identical output whatever the partitioning or the profile, defect counts that an
-independent parser (tests/csv_oracle.py) agrees with, a calibrated churn rate, the CSV line builder, argument
-errors."""
+independent parser (tests/csv_oracle.py) agrees with, a calibrated churn rate, argument errors, a session
+without the generator's jar."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 import csv_oracle
@@ -116,16 +115,27 @@ def test_realised_churn_rate_is_within_half_a_point_at_100k_customers(spark, mon
     assert abs(rate - 0.2) < 0.005
 
 
-def test_csv_line_quotes_commas_quotes_and_newlines(spark):
-    df = spark.createDataFrame(
-        [("C1", "12 Oak St", "plain"), ("C2", "12 Oak St, Apt 4", 'said "hi"'), ("C3", "a\nb", None)],
-        "id string, address string, note string")
-    expected = spark.createDataFrame(
-        [("C1", "12 Oak St", "plain", "C1,12 Oak St,plain"),
-         ("C2", "12 Oak St, Apt 4", 'said "hi"', 'C2,"12 Oak St, Apt 4","said ""hi"""'),
-         ("C3", "a\nb", None, 'C3,"a\nb",')],
-        "id string, address string, note string, line string")
-    assert_df_equality(generate.with_csv_line(df, ("id", "address", "note")), expected, ignore_nullable=True)
+GENERATE_WITHOUT_THE_JAR = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from pyspark.sql import SparkSession
+from jobs import generate
+from jobs.errors import UserError
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+try:
+    generate.run(spark, sys.argv[2], customers=10)
+except UserError as e:
+    print("UserError:", e)
+"""
+
+
+def test_a_session_without_the_generator_jar_gets_the_fix_and_nothing_is_written(tmp_path):
+    # A session built by hand (a notebook) rather than by scripts/submit or tests/sessions.py lacks the jar.
+    out = tmp_path / "gen"
+    said = run_python(GENERATE_WITHOUT_THE_JAR, str(ROOT), str(out), timeout=180)
+    line = next(x for x in said.splitlines() if x.startswith("UserError:"))
+    assert "churn.generate.Source" in line and "scripts/setup" in line and "churn-generate.jar" in line
+    assert not out.exists() or not any(out.iterdir())
 
 
 @pytest.mark.parametrize("kwargs, fix", [
