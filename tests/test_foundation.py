@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 from pyspark.sql import Row
 from pyspark.sql.utils import AnalysisException
 
-from jobs import delta_io, jars, launcher, profiles
+from jobs import delta_io, generate, jars, launcher, profiles
 from sessions import ROOT, run_python
 VENV_BIN = Path(sys.executable).parent
 
@@ -152,6 +152,25 @@ def test_submit_runs_a_job_on_a_standalone_cluster(standalone_cluster, tmp_path)
     # 0 + 1 + ... + 999, over 10 buckets, computed by executors the worker started
     assert result == {"master": standalone_cluster, "version": 0, "rows": 10, "total": 499500}
     assert list((tmp_path / "smoke" / "smoke_totals" / "_delta_log").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run(standalone_cluster, spark, tmp_path):
+    # generate's rows come from its JVM data source: executors in other JVMs need its jar, which submit passes.
+    args = dict(customers=300, seed=5, defect_rate=0.1, rows_per_file=1000)
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g", "generate",
+                          "--out", str(tmp_path / "cluster"), "--customers", "300", "--seed", "5",
+                          "--defect-rate", "0.1", "--rows-per-file", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    local = generate.run(spark, str(tmp_path / "local"), **args)
+    cluster = json.loads((tmp_path / "cluster" / "manifest.json").read_text())
+    assert cluster == local and len(local["datasets"]["events"]["files"]) == 4
+    for dataset in ("customers", "events"):
+        for name in local["datasets"][dataset]["files"]:
+            written = (tmp_path / "cluster" / dataset / name).read_bytes()
+            assert written == (tmp_path / "local" / dataset / name).read_bytes(), name
 
 
 @pytest.mark.slow
