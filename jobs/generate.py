@@ -36,10 +36,10 @@ ADDED_ROW_KINDS = ("exact_duplicate", "conflicting_duplicate", "unknown_customer
 # Kinds whose row clean quarantines, leaving its customer with no row at all when it is the only one.
 REJECTING_KINDS = tuple(k for k, (fate, _) in C.DEFECT_FATE.items()
                         if fate == C.QUARANTINE and k not in ADDED_ROW_KINDS)
-# Defect kinds inside the plans are small integers (0: clean): between operators an int is copied and compared for
-# nothing, where a kind's name costs a byte copy at every operator and a byte comparison at every test.
+# Defect kinds as the data source knows them, small integers (0: clean); its per-file counts come in this order.
 KIND_CODE = {"none": 0, **{k: i + 1 for i, k in enumerate(KINDS_ALL)}}
 MAX_CUSTOMERS = 4_999_999_999   # ids of unknown customers (customers + n) must fit C + 10 digits
+
 
 @dataclass(frozen=True)
 class Params:
