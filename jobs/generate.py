@@ -130,16 +130,21 @@ def _generate(spark: SparkSession, fs: "_Fs", p: Params) -> dict:
                                * (1 + p.rates["exact_duplicate"] + p.rates["unknown_customer"]), p.rows_per_file,
                                p.customers)
     # Three independent writes, each one Spark job with one task per output file. They are submitted together
-    # (events first, the largest) so that a job with fewer files than cores leaves no core idle.
+    # (events first, the largest) so that a job with fewer files than cores leaves no core idle; the churn
+    # summary follows the truth it reads in the same thread, beside the events write.
+    def truth_and_summary() -> dict:
+        _write_truth(spark, fs, p, b0)
+        return churn_summary(spark.read.parquet(fs.path("_truth")), p)
+
     writes = {
         "events": lambda: _write_dataset(fs, "events", event_rows(spark, p, b0, n_event_files), n_event_files, p),
         "customers": lambda: _write_dataset(fs, "customers", customer_rows(spark, p, b0, n_cust_files),
                                             n_cust_files, p),
-        "truth": lambda: _write_truth(spark, fs, p, b0),
+        "churn": truth_and_summary,
     }
     done = together(writes)
     fs.delete("_tmp")
-    churn = churn_summary(spark.read.parquet(fs.path("_truth")), p)
+    churn = done["churn"]
     return {
         "generator": {"seed": p.seed, "as_of": p.as_of.isoformat(), "cutoff": p.cutoff.isoformat(),
                       "customers": p.customers, "churn_rate": p.churn_rate, "defect_rate": p.defect_rate,
