@@ -194,7 +194,7 @@ def validate(customers, seed, as_of, churn_rate, defect_rate, rates, rows_per_fi
 
 
 # =========================================================================================================
-# The data source: the model's arithmetic runs in the JVM (jobs/jvm/churn/generate), one row at a time
+# The data source: the model's arithmetic runs in the JVM (jobs/jvm/churn/generate), where the rows are read
 # =========================================================================================================
 # Why not Spark expressions, as this job first was: at 1M customers the expression version took 7x the CPU of a
 # bare CSV writer. Its customer model is ~1,000 expression nodes; fused by whole-stage code generation its methods
