@@ -71,7 +71,7 @@ public final class Source implements TableProvider {
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        return new GeneratedTable(properties.get("spec"));
+        return new GeneratedTable(spec(properties));
     }
 
     private static String spec(Map<String, String> options) {
