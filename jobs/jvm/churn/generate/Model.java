@@ -139,10 +139,11 @@ final class Model {
         unkRate = s.rate("events", "unknown_customer");
         // A row's kind: the first kind whose cumulative rate exceeds its draw (kinds with rate 0 take no share).
         // Events' exact duplicates and unknown customers' copies are added records, decided per customer.
-        customerKinds = kinds("customers", false);
-        customerBounds = bounds("customers", false);
-        eventKinds = kinds("events", true);
-        eventBounds = bounds("events", true);
+        KindTable customerTable = kindTable("customers", false), eventTable = kindTable("events", true);
+        customerKinds = customerTable.codes;
+        customerBounds = customerTable.bounds;
+        eventKinds = eventTable.codes;
+        eventBounds = eventTable.bounds;
         eventDemotable = new boolean[eventKinds.length];
         for (int i = 0; i < eventKinds.length; i++) {
             eventDemotable[i] = rejecting[eventKinds[i]] || eventKinds[i] == codeUnknownCustomer;
@@ -198,32 +199,32 @@ final class Model {
         return events && (kind.equals("exact_duplicate") || kind.equals("unknown_customer"));
     }
 
-    private int[] kinds(String dataset, boolean events) {
-        java.util.List<Integer> out = new java.util.ArrayList<>();
-        String[] names = s.rateKinds.get(dataset);
-        double[] r = s.rates.get(dataset);
-        for (int i = 0; i < names.length; i++) {
-            if (!decidedPerCustomer(names[i], events) && r[i] > 0) out.add(s.code(names[i]));
+    /** A dataset's drawn kinds (rate above 0) as codes, and their cumulative rates, in the contract's order. */
+    private static final class KindTable {
+        final int[] codes;
+        final double[] bounds;
+
+        KindTable(int[] codes, double[] bounds) {
+            this.codes = codes;
+            this.bounds = bounds;
         }
-        int[] a = new int[out.size()];
-        for (int i = 0; i < a.length; i++) a[i] = out.get(i);
-        return a;
     }
 
-    private double[] bounds(String dataset, boolean events) {
-        java.util.List<Double> out = new java.util.ArrayList<>();
+    private KindTable kindTable(String dataset, boolean events) {
         String[] names = s.rateKinds.get(dataset);
         double[] r = s.rates.get(dataset);
+        int[] codes = new int[names.length];
+        double[] bounds = new double[names.length];
+        int k = 0;
         double acc = 0;
         for (int i = 0; i < names.length; i++) {
             if (!decidedPerCustomer(names[i], events) && r[i] > 0) {
                 acc += r[i];
-                out.add(acc);
+                codes[k] = s.code(names[i]);
+                bounds[k++] = acc;
             }
         }
-        double[] a = new double[out.size()];
-        for (int i = 0; i < a.length; i++) a[i] = out.get(i);
-        return a;
+        return new KindTable(java.util.Arrays.copyOf(codes, k), java.util.Arrays.copyOf(bounds, k));
     }
 
     // ---------------------------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ final class Model {
         return ((h >>> shift) & ((1L << FIELD_BITS) - 1)) / (double) (1L << FIELD_BITS);
     }
 
-    /** Customer draw number i (Spec "customer_draws"): three 21-bit draws to a hash of (seed, -1 - group, n). */
+    /** Customer draw number i (CUSTOMER_DRAWS): three 21-bit draws to a hash of (seed, -1 - group, n). */
     private double cu(int i) {
         return bits(groupHash[i / 3], i % 3);
     }
@@ -739,7 +740,8 @@ final class Model {
         return text + "\n" + tail;
     }
 
-    /** The same category written as a person or a legacy export would (see jobs/generate.py _messy). */
+    /** The same category written as a person or a legacy export would: a known spelling half of the time, mixed
+     *  case, stray and doubled spaces; lower(trim(collapse-spaces(x))) gives back the value or a known spelling. */
     private String messy(String column, String v, double uForm, double uShape) {
         String spelled = s.spelling.get(column + "=" + v);
         String base = uForm < 0.5 && spelled != null ? spelled : v;
