@@ -133,8 +133,8 @@ def _generate(spark: SparkSession, fs: "_Fs", p: Params) -> dict:
     # (events first, the largest) so that a job with fewer files than cores leaves no core idle; the churn
     # summary follows the truth it reads in the same thread, beside the events write.
     def truth_and_summary() -> dict:
-        _write_truth(spark, fs, p, b0)
-        return churn_summary(spark.read.parquet(fs.path("_truth")), p)
+        counts = _write_truth(spark, fs, p, b0)
+        return churn_summary(spark.read.parquet(fs.path("_truth")), p, counts)
 
     writes = {
         "events": lambda: _write_dataset(fs, "events", event_rows(spark, p, b0, n_event_files), n_event_files, p),
@@ -305,23 +305,28 @@ def _truth(spark: SparkSession, p: Params, b0: float) -> DataFrame:
                                 partitions=_partitions(spark, p, p.customers))).select(*TRUTH_COLUMNS)
 
 
-def _write_truth(spark: SparkSession, fs: "_Fs", p: Params, b0: float) -> None:
-    """_truth/ in customer order (part files in partition order hold ascending customer numbers)."""
-    _truth(spark, p, b0).write.mode("overwrite").parquet(fs.path("_truth"))
+def _write_truth(spark: SparkSession, fs: "_Fs", p: Params, b0: float) -> dict:
+    """_truth/ in customer order (part files in partition order hold ascending customer numbers); returns the
+    churners' and gold customers' counts, taken while it is written."""
+    obs = Observation("generate-truth")
+    (_truth(spark, p, b0).observe(obs, F.count(F.lit(1)).alias("customers"),
+                                  F.count(F.when(F.col("churned"), 1)).alias("churned"),
+                                  F.count(F.when(~F.col("rejected"), 1)).alias("gold"))
+     .write.mode("overwrite").parquet(fs.path("_truth")))
     fs.remove_side_files("_truth")
+    return obs.get
 
 
-def churn_summary(truth: DataFrame, p: Params) -> dict:
-    """Realised churn rate, customers reaching gold, and the oracle ROC AUC: the AUC the true churn
-    probabilities reach on gold customers, computed as the model's is (``evaluate.roc_auc``, distributed)."""
+def churn_summary(truth: DataFrame, p: Params, counts: dict) -> dict:
+    """Realised churn rate, customers reaching gold (from ``counts``: customers, churned, gold), and the oracle
+    ROC AUC: the AUC the true churn probabilities reach on gold customers, computed as the model's is
+    (``evaluate.roc_auc``, distributed)."""
     gold = ~F.col("rejected")
-    r = truth.agg(F.avg(F.col("churned").cast("double")).alias("rate"),
-                  F.sum(F.when(gold, 1).otherwise(0)).alias("gold")).first()  # one row
     auc = evaluate.roc_auc(truth.where(gold).select(F.col("churned").cast("double").alias(evaluate.LABEL),
                                                     F.col("churn_probability").alias(evaluate.PROBABILITY)))
-    return {"configured_rate": p.churn_rate, "realised_rate": round(float(r["rate"]), 6),
+    return {"configured_rate": p.churn_rate, "realised_rate": round(counts["churned"] / counts["customers"], 6),
             "oracle_auc": round(auc, 6), "label_window_days": C.LABEL_WINDOW_DAYS,
-            "customers_in_gold": int(r["gold"])}
+            "customers_in_gold": int(counts["gold"])}
 
 
 def customer_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataFrame:
