@@ -330,14 +330,14 @@ def churn_summary(truth: DataFrame, p: Params, counts: dict) -> dict:
 
 
 def customer_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataFrame:
-    """Customer CSV records in file order, one row per record: line, file_counts (see ``_write_dataset``).
-    Partition i is file i."""
+    """Customer CSV records in file order, 64 customers' records a row: lines, records, file_counts (see the
+    source's documentation, jobs/jvm/churn/generate/Source.java). Partition i is file i."""
     return _source(spark, _spec(p, "customers", b0, files=n_files))
 
 
 def event_rows(spark: SparkSession, p: Params, b0: float, n_files: int) -> DataFrame:
-    """Event CSV records in file order (customer number, event index, copy), one row per record: line,
-    file_counts (see ``_write_dataset``). Partition i is file i."""
+    """Event CSV records in file order (customer number, event index, copy), 64 customers' records a row: lines,
+    records, file_counts (as ``customer_rows``). Partition i is file i."""
     return _source(spark, _spec(p, "events", b0, files=n_files))
 
 
@@ -353,7 +353,7 @@ def _write_dataset(fs: "_Fs", dataset: str, rows: DataFrame, n_files: int, p: Pa
     """Writes ``rows`` (partition i = file i, in order) as text, renames each part file to its final name, and
     returns the dataset's manifest entry. The counts are taken while the files are written (no second pass):
     the source counts each file's records per defect kind as it makes them (``file_counts`` on the file's last
-    record), and Spark counts every record it writes (``DataFrame.observe``), which must add up to them."""
+    row), and Spark sums the records of every row it writes (``DataFrame.observe``), which must add up to them."""
     obs = Observation(f"generate-{dataset}")
     tagged = rows.select("*", F.spark_partition_id().alias("_part"))
     metrics = [F.sum("records").alias("records"),

@@ -8,7 +8,6 @@ final class Customer {
         multipleLines, internetService, onlineSecurity, onlineBackup, deviceProtection, techSupport,
         streamingTv, streamingMovies, street, streetType, payChannel;
     long houseNumber;
-    String address;   // made only where written
     int signupDay, ageAtSignup, billDay, tenureDays, birthDay, tenureMonths, supportCalls90d;
     long monthlyCents, updatedSecs, ageAtCutoff;
     double gbMean, logitX;

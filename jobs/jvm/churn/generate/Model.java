@@ -36,6 +36,22 @@ final class Model {
         "internet", "security", "backup", "device", "tech", "tv", "movies", "charges_noise", "signup", "age",
         "bill_day", "addr_no", "street", "street_type", "birth_days", "late_n", "support_n", "usage_n", "plan_n",
         null, null, "defect", "churn", null, "dup_pos", "unk_pos"};
+    private static final long SALT_EVENT = salt("event"), SALT_EVENT_DEFECT = salt("event_defect"),
+        SALT_EVENT_DEFECT_BITS = salt("event_defect_bits"), SALT_UPDATED = salt("updated"),
+        SALT_CONFLICT = salt("conflict_secs"), SALT_DEFECT_VARIANT = salt("defect_variant"),
+        SALT_DEFECT_VALUE = salt("defect_value"), SALT_DEFECT_FIELD = salt("defect_field"),
+        SALT_THIN_LATE = salt("thin_late"), SALT_THIN_SUPPORT = salt("thin_support"),
+        SALT_THIN_USAGE = salt("thin_usage"), SALT_THIN_PLAN = salt("thin_plan");
+    private static final int D_GENDER = draw("gender"), D_REGION = draw("region"), D_PARTNER = draw("partner"),
+        D_DEPENDENTS = draw("dependents"), D_CONTRACT = draw("contract"), D_PAYMENT = draw("payment"),
+        D_PAPERLESS = draw("paperless"), D_PHONE = draw("phone"), D_MULTIPLE = draw("multiple"),
+        D_INTERNET = draw("internet"), D_SECURITY = draw("security"), D_BACKUP = draw("backup"),
+        D_DEVICE = draw("device"), D_TECH = draw("tech"), D_TV = draw("tv"), D_MOVIES = draw("movies"),
+        D_CHARGES_NOISE = draw("charges_noise"), D_SIGNUP = draw("signup"), D_AGE = draw("age"),
+        D_BILL_DAY = draw("bill_day"), D_ADDR_NO = draw("addr_no"), D_STREET = draw("street"),
+        D_STREET_TYPE = draw("street_type"), D_BIRTH_DAYS = draw("birth_days"), D_LATE_N = draw("late_n"),
+        D_SUPPORT_N = draw("support_n"), D_USAGE_N = draw("usage_n"), D_PLAN_N = draw("plan_n"),
+        D_DEFECT = draw("defect"), D_CHURN = draw("churn"), D_DUP_POS = draw("dup_pos"), D_UNK_POS = draw("unk_pos");
     private static final int EVENT_SLOTS = 100;   // event key = customer number * 100 + event index
     private static final int SIGNUP_YEARS = 6;
 
@@ -60,24 +76,17 @@ final class Model {
     private final String[] genders, regions, contracts, payments, internets;
     private final double[] contractT, paymentT, internetT, supportChannelT, termChannelT;
     private final double[] poissonLate, poissonSupport, poissonUsage, poissonPlan;
-    private final long saltEvent, saltEventDefect, saltEventDefectBits, saltUpdated, saltConflict,
-        saltDefectVariant, saltDefectValue, saltDefectField, saltThinLate, saltThinSupport, saltThinUsage,
-        saltThinPlan;
-    private final int dGender, dRegion, dPartner, dDependents, dContract, dPayment, dPaperless, dPhone, dMultiple,
-        dInternet, dSecurity, dBackup, dDevice, dTech, dTv, dMovies, dChargesNoise, dSignup, dAge, dBillDay,
-        dAddrNo, dStreet, dStreetType, dBirthDays, dLateN, dSupportN, dUsageN, dPlanN, dDefect, dChurn, dDupPos,
-        dUnkPos;
-    private final int groups;
-    private final long[] groupHash;
+    private final long[] groupHash = new long[(CUSTOMER_DRAWS.length + 2) / 3];
     private final int codeWrongFieldCount, codeExactDup, codeConflicting, codeUnknownCustomer;
     private final double dupRate, unkRate;
-    private final boolean[] rejecting = new boolean[64];
-    private final String[] kindNames = new String[64];
+    final int maxKindCode;   // defect codes are 1..maxKindCode (0: clean)
+    private final boolean[] rejecting;
+    private final String[] kindNames;
     private final int[] customerKinds, eventKinds;
     private final double[] customerBounds, eventBounds;
     private final boolean[] eventDemotable;
     final String[] customerColumns, eventColumns;
-    private final int custAddress, evNote;
+    private final int custAddress, evNote, evTs;
 
     Model(Spec spec) {
         s = spec;
@@ -105,36 +114,15 @@ final class Model {
         poissonSupport = poissonTable(SUPPORT_RATES, SUPPORT_CAP);
         poissonUsage = poissonTable(USAGE_RATES, USAGE_CAP);
         poissonPlan = poissonTable(PLAN_RATES, PLAN_CAP);
-        saltEvent = salt("event");
-        saltEventDefect = salt("event_defect");
-        saltEventDefectBits = salt("event_defect_bits");
-        saltUpdated = salt("updated");
-        saltConflict = salt("conflict_secs");
-        saltDefectVariant = salt("defect_variant");
-        saltDefectValue = salt("defect_value");
-        saltDefectField = salt("defect_field");
-        saltThinLate = salt("thin_late");
-        saltThinSupport = salt("thin_support");
-        saltThinUsage = salt("thin_usage");
-        saltThinPlan = salt("thin_plan");
-        dGender = draw("gender"); dRegion = draw("region"); dPartner = draw("partner");
-        dDependents = draw("dependents"); dContract = draw("contract"); dPayment = draw("payment");
-        dPaperless = draw("paperless"); dPhone = draw("phone"); dMultiple = draw("multiple");
-        dInternet = draw("internet"); dSecurity = draw("security"); dBackup = draw("backup");
-        dDevice = draw("device"); dTech = draw("tech"); dTv = draw("tv"); dMovies = draw("movies");
-        dChargesNoise = draw("charges_noise"); dSignup = draw("signup"); dAge = draw("age");
-        dBillDay = draw("bill_day"); dAddrNo = draw("addr_no"); dStreet = draw("street");
-        dStreetType = draw("street_type"); dBirthDays = draw("birth_days"); dLateN = draw("late_n");
-        dSupportN = draw("support_n"); dUsageN = draw("usage_n"); dPlanN = draw("plan_n");
-        dDefect = draw("defect"); dChurn = draw("churn"); dDupPos = draw("dup_pos"); dUnkPos = draw("unk_pos");
-        groups = (CUSTOMER_DRAWS.length + 2) / 3;
-        groupHash = new long[groups];
+        maxKindCode = java.util.Collections.max(s.code.values());
+        rejecting = new boolean[maxKindCode + 1];
+        kindNames = new String[maxKindCode + 1];
         for (Map.Entry<String, Integer> e : s.code.entrySet()) kindNames[e.getValue()] = e.getKey();
         codeWrongFieldCount = s.code("wrong_field_count");
         codeExactDup = s.code("exact_duplicate");
         codeConflicting = s.code("conflicting_duplicate");
         codeUnknownCustomer = s.code("unknown_customer");
-        for (String k : s.rejecting.keySet()) rejecting[s.code(k)] = true;
+        for (String k : s.rejecting) rejecting[s.code(k)] = true;
         dupRate = s.rate("events", "exact_duplicate");
         unkRate = s.rate("events", "unknown_customer");
         // A row's kind: the first kind whose cumulative rate exceeds its draw (kinds with rate 0 take no share).
@@ -152,12 +140,7 @@ final class Model {
         eventColumns = s.columns.get("events");
         custAddress = indexOf(customerColumns, "address");
         evNote = indexOf(eventColumns, "note");
-    }
-
-    int maxKindCode() {
-        int max = 0;
-        for (int c : s.code.values()) max = Math.max(max, c);
-        return max;
+        evTs = indexOf(eventColumns, "event_ts");
     }
 
     private static long salt(String name) {
@@ -297,13 +280,6 @@ final class Model {
         return epochDay >= dateLo && epochDay <= dateHi ? dates[(int) (epochDay - dateLo)] : Text.date(epochDay);
     }
 
-    private String ts(long seconds) {
-        long day = Math.floorDiv(seconds, 86400L);
-        int tod = (int) (seconds - day * 86400L);
-        return date(day) + " " + Text.twoDigits(tod / 3600) + ":" + Text.twoDigits(tod / 60 % 60) + ":"
-            + Text.twoDigits(tod % 60);
-    }
-
     /** floor(months_between(later, date)) as Spark computes it for two dates. */
     private static int monthsBetweenFloor(LocalDate later, LocalDate date) {
         int day = date.getDayOfMonth();
@@ -323,36 +299,36 @@ final class Model {
     // Customers
     // ---------------------------------------------------------------------------------------------------
     Customer customer(long n) {
-        for (int g = 0; g < groups; g++) groupHash[g] = xx(seed, -1 - g, n);
+        for (int g = 0; g < groupHash.length; g++) groupHash[g] = xx(seed, -1 - g, n);
         Customer c = new Customer();
         c.n = n;
         c.customerId = "C" + Text.pad10(n);
-        c.gender = pick(genders, cu(dGender));
-        c.region = pick(regions, cu(dRegion));
-        c.partner = cu(dPartner) < 0.48 ? "Yes" : "No";
-        c.dependents = cu(dDependents) < 0.30 ? "Yes" : "No";
-        c.contractType = pick(contracts, contractT, cu(dContract));
-        c.paymentMethod = pick(payments, paymentT, cu(dPayment));
-        c.paperlessBilling = cu(dPaperless) < 0.59 ? "Yes" : "No";
-        c.phoneService = cu(dPhone) < 0.90 ? "Yes" : "No";
-        c.internetService = pick(internets, internetT, cu(dInternet));
-        c.signupDay = (int) (firstSignupDay + (long) Math.floor(cu(dSignup) * (span + 1)));
-        c.ageAtSignup = (int) (18 + (long) Math.floor(cu(dAge) * 67));
-        c.billDay = (int) (1 + (long) Math.floor(cu(dBillDay) * 28));
-        c.houseNumber = 1 + (long) Math.floor(cu(dAddrNo) * 9999);   // the address is written by customers()
-        c.street = pick(s.streets, cu(dStreet));
-        c.streetType = pick(s.streetTypes, cu(dStreetType));
+        c.gender = pick(genders, cu(D_GENDER));
+        c.region = pick(regions, cu(D_REGION));
+        c.partner = cu(D_PARTNER) < 0.48 ? "Yes" : "No";
+        c.dependents = cu(D_DEPENDENTS) < 0.30 ? "Yes" : "No";
+        c.contractType = pick(contracts, contractT, cu(D_CONTRACT));
+        c.paymentMethod = pick(payments, paymentT, cu(D_PAYMENT));
+        c.paperlessBilling = cu(D_PAPERLESS) < 0.59 ? "Yes" : "No";
+        c.phoneService = cu(D_PHONE) < 0.90 ? "Yes" : "No";
+        c.internetService = pick(internets, internetT, cu(D_INTERNET));
+        c.signupDay = (int) (firstSignupDay + (long) Math.floor(cu(D_SIGNUP) * (span + 1)));
+        c.ageAtSignup = (int) (18 + (long) Math.floor(cu(D_AGE) * 67));
+        c.billDay = (int) (1 + (long) Math.floor(cu(D_BILL_DAY) * 28));
+        c.houseNumber = 1 + (long) Math.floor(cu(D_ADDR_NO) * 9999);   // the address is written by customers()
+        c.street = pick(s.streets, cu(D_STREET));
+        c.streetType = pick(s.streetTypes, cu(D_STREET_TYPE));
         boolean hasNet = !c.internetService.equals("No");
         boolean fiber = c.internetService.equals("Fiber optic");
         boolean dsl = c.internetService.equals("DSL");
         boolean echeck = c.paymentMethod.equals("Electronic check");
-        c.multipleLines = cu(dMultiple) < 0.42 && c.phoneService.equals("Yes") ? "Yes" : "No";
-        c.onlineSecurity = cu(dSecurity) < 0.37 && hasNet ? "Yes" : "No";
-        c.onlineBackup = cu(dBackup) < 0.44 && hasNet ? "Yes" : "No";
-        c.deviceProtection = cu(dDevice) < 0.44 && hasNet ? "Yes" : "No";
-        c.techSupport = cu(dTech) < 0.37 && hasNet ? "Yes" : "No";
-        c.streamingTv = cu(dTv) < 0.49 && hasNet ? "Yes" : "No";
-        c.streamingMovies = cu(dMovies) < 0.50 && hasNet ? "Yes" : "No";
+        c.multipleLines = cu(D_MULTIPLE) < 0.42 && c.phoneService.equals("Yes") ? "Yes" : "No";
+        c.onlineSecurity = cu(D_SECURITY) < 0.37 && hasNet ? "Yes" : "No";
+        c.onlineBackup = cu(D_BACKUP) < 0.44 && hasNet ? "Yes" : "No";
+        c.deviceProtection = cu(D_DEVICE) < 0.44 && hasNet ? "Yes" : "No";
+        c.techSupport = cu(D_TECH) < 0.37 && hasNet ? "Yes" : "No";
+        c.streamingTv = cu(D_TV) < 0.49 && hasNet ? "Yes" : "No";
+        c.streamingMovies = cu(D_MOVIES) < 0.50 && hasNet ? "Yes" : "No";
         LocalDate signup = LocalDate.ofEpochDay(c.signupDay);
         int tenure = s.cutoffDay - c.signupDay;
         c.tenureDays = tenure;
@@ -360,25 +336,25 @@ final class Model {
             + (dsl ? 2500 : fiber ? 4500 : 0)
             + 500 * (yes(c.onlineSecurity) + yes(c.onlineBackup) + yes(c.deviceProtection) + yes(c.techSupport))
             + 900 * (yes(c.streamingTv) + yes(c.streamingMovies))
-            + (long) Math.floor(cu(dChargesNoise) * 400);
-        LocalDate birth = signup.plusMonths(-12L * c.ageAtSignup).minusDays((int) Math.floor(cu(dBirthDays) * 365));
+            + (long) Math.floor(cu(D_CHARGES_NOISE) * 400);
+        LocalDate birth = signup.plusMonths(-12L * c.ageAtSignup).minusDays((int) Math.floor(cu(D_BIRTH_DAYS) * 365));
         c.birthDay = (int) birth.toEpochDay();
         c.updatedSecs = (long) c.signupDay * 86400
-            + (long) Math.floor(uniform(xx(seed, saltUpdated, n)) * tenure * 86400);
+            + (long) Math.floor(uniform(xx(seed, SALT_UPDATED, n)) * tenure * 86400);
         c.payChannel = echeck ? "web" : c.paymentMethod.equals("Mailed check") ? "store" : "auto";
         c.gbMean = fiber ? 15.0 : dsl ? 8.0 : 2.0;
         int nCharges = 0;
         for (int j = 1; j <= 3; j++) if (30 * (j - 1) + c.billDay <= tenure) nCharges++;
         boolean noTech = hasNet && c.techSupport.equals("No");
-        int fullLate = poisson(poissonLate, echeck ? 0 : 1, LATE_CAP, cu(dLateN));
-        int fullSupport = poisson(poissonSupport, (fiber ? 2 : 0) + (noTech ? 1 : 0), SUPPORT_CAP, cu(dSupportN));
-        int fullUsage = poisson(poissonUsage, hasNet ? 0 : 1, USAGE_CAP, cu(dUsageN));
-        int fullPlan = poisson(poissonPlan, 0, PLAN_CAP, cu(dPlanN));
+        int fullLate = poisson(poissonLate, echeck ? 0 : 1, LATE_CAP, cu(D_LATE_N));
+        int fullSupport = poisson(poissonSupport, (fiber ? 2 : 0) + (noTech ? 1 : 0), SUPPORT_CAP, cu(D_SUPPORT_N));
+        int fullUsage = poisson(poissonUsage, hasNet ? 0 : 1, USAGE_CAP, cu(D_USAGE_N));
+        int fullPlan = poisson(poissonPlan, 0, PLAN_CAP, cu(D_PLAN_N));
         c.nCharges = nCharges;
-        c.nLate = thinned(n, fullLate, UNIFORM_WINDOW[LATE], tenure, LATE_CAP, saltThinLate);
-        c.nSupport = thinned(n, fullSupport, UNIFORM_WINDOW[SUPPORT], tenure, SUPPORT_CAP, saltThinSupport);
-        c.nUsage = thinned(n, fullUsage, UNIFORM_WINDOW[USAGE], tenure, USAGE_CAP, saltThinUsage);
-        c.nPlan = thinned(n, fullPlan, UNIFORM_WINDOW[PLAN], tenure, PLAN_CAP, saltThinPlan);
+        c.nLate = thinned(n, fullLate, UNIFORM_WINDOW[LATE], tenure, LATE_CAP, SALT_THIN_LATE);
+        c.nSupport = thinned(n, fullSupport, UNIFORM_WINDOW[SUPPORT], tenure, SUPPORT_CAP, SALT_THIN_SUPPORT);
+        c.nUsage = thinned(n, fullUsage, UNIFORM_WINDOW[USAGE], tenure, USAGE_CAP, SALT_THIN_USAGE);
+        c.nPlan = thinned(n, fullPlan, UNIFORM_WINDOW[PLAN], tenure, PLAN_CAP, SALT_THIN_PLAN);
         int nPayments = 0;
         for (int j = 1; j <= 3; j++) if (30 * (j - 1) + c.billDay <= tenure && c.nLate < j) nPayments++;
         c.nPayments = nPayments;
@@ -392,11 +368,11 @@ final class Model {
         c.supportCalls90d = calls;
         c.nPreCutoff = c.nCharges + c.nPayments + c.nLate + c.nSupport + c.nUsage + c.nPlan;
         c.logitX = logit(c);
-        c.kind = kind(customerKinds, customerBounds, null, cu(dDefect), false);
+        c.kind = kind(customerKinds, customerBounds, null, cu(D_DEFECT), false);
         c.rejected = rejecting[c.kind];
         if (s.hasB0) {
             c.churnProbability = 1.0 / (1.0 + StrictMath.exp(-(s.b0 + c.logitX)));
-            c.churned = cu(dChurn) < c.churnProbability;
+            c.churned = cu(D_CHURN) < c.churnProbability;
             c.nEvents = c.nPreCutoff + (c.churned ? 1 : 0);
         }
         return c;
@@ -408,7 +384,7 @@ final class Model {
 
     private int supportDay(Customer c, int i) {
         long idx = c.nCharges + c.nPayments + c.nLate + (i - 1);
-        double uDay = bits(xx(seed, saltEvent, c.n * EVENT_SLOTS + idx), 0);
+        double uDay = bits(xx(seed, SALT_EVENT, c.n * EVENT_SLOTS + idx), 0);
         return daysBack(1 + (long) Math.floor(uDay * Math.min(UNIFORM_WINDOW[SUPPORT], c.tenureDays)));
     }
 
@@ -451,8 +427,8 @@ final class Model {
             acc += counts[k];
             ends[k] = acc;
         }
-        int dup = position(dDupPos, dupRate, c.nEvents, c.rejected);
-        int unk0 = position(dUnkPos, unkRate, c.nPreCutoff, c.rejected);
+        int dup = position(D_DUP_POS, dupRate, c.nEvents, c.rejected);
+        int unk0 = position(D_UNK_POS, unkRate, c.nPreCutoff, c.rejected);
         int unk = unk0 == dup ? -1 : unk0;
         int none = 1000;
         int dupR = dup >= 0 ? dup + 1 + (unk >= 0 && unk < dup ? 1 : 0) : none;
@@ -474,8 +450,8 @@ final class Model {
                 start = ends[k];
             }
             long key = n * EVENT_SLOTS + idx;
-            long h = xx(seed, saltEvent, key);
-            long h2 = xx(seed, saltEventDefect, key);
+            long h = xx(seed, SALT_EVENT, key);
+            long h2 = xx(seed, SALT_EVENT_DEFECT, key);
             double uA = bits(h, 2);
             double uNote = (h2 & 0x7FF) / 2048.0;
             double uDefect = (h2 >>> 11) / TWO_53;
@@ -507,29 +483,19 @@ final class Model {
             boolean last = lastInFile && r == nRecords - 1;
             text.reset();
             if (first) header(eventColumns);
-            if (kind == 0 || !hasRule(kind) && kind != codeWrongFieldCount) {
-                // The plain record (~99% of them), written piece by piece: the same text as the fields below.
-                if (copy == 2) text.add('E').add(Text.pad10(stranger));
-                else text.add(eprefix);
-                text.add(Text.twoDigits(idx)).add(',');
-                if (copy == 2) text.add('C').add(Text.pad10(stranger));
-                else text.add(c.customerId);
-                text.add(',').add(date(day)).add(' ').add(Text.twoDigits(tod / 3600)).add(':')
-                    .add(Text.twoDigits(tod / 60 % 60)).add(':').add(Text.twoDigits(tod % 60))
-                    .add(',').add(slotTypes[t]).add(',').addCents(cents).add(',').add(channel).add(',').add(note);
-            } else {
-                String time = Text.twoDigits(tod / 3600) + ":" + Text.twoDigits(tod / 60 % 60) + ":"
-                    + Text.twoDigits(tod % 60);
-                String[] f = {
-                    (copy == 2 ? "E" + Text.pad10(stranger) : eprefix) + Text.twoDigits(idx),
-                    copy == 2 ? "C" + Text.pad10(stranger) : c.customerId,
-                    date(day) + " " + time,
-                    slotTypes[t],
-                    Text.cents(cents),
-                    channel,
-                    note,
-                };
-                long hd = xx(seed, saltEventDefectBits, key, copy);
+            int recordStart = text.length();
+            // The record as its fields stand: the only place the event's fields are formatted.
+            if (copy == 2) text.add('E').add(Text.pad10(stranger));
+            else text.add(eprefix);
+            text.add(Text.twoDigits(idx)).add(',');
+            if (copy == 2) text.add('C').add(Text.pad10(stranger));
+            else text.add(c.customerId);
+            text.add(',').add(date(day)).add(' ').add(Text.twoDigits(tod / 3600)).add(':')
+                .add(Text.twoDigits(tod / 60 % 60)).add(':').add(Text.twoDigits(tod % 60))
+                .add(',').add(slotTypes[t]).add(',').addCents(cents).add(',').add(channel).add(',').add(note);
+            if (kind != 0 && (hasRule(kind) || kind == codeWrongFieldCount)) {
+                String[] f = fieldsFrom(recordStart);
+                long hd = xx(seed, SALT_EVENT_DEFECT_BITS, key, copy);
                 double uField = bits(hd, 0), uVar = bits(hd, 1), uVal = bits(hd, 2);
                 int target = -1;
                 String bad = null;
@@ -537,7 +503,7 @@ final class Model {
                     String[] names = eventRule(kind);
                     String name = names[(int) Math.floor(uField * names.length)];
                     target = indexOf(eventColumns, name);
-                    bad = eventBad(kind, name, f, cents, time, uVar, uVal);
+                    bad = eventBad(kind, name, f, cents, uVar, uVal);
                 }
                 slow(f, target, bad, evNote, kind == codeWrongFieldCount, uVar);
             }
@@ -572,8 +538,9 @@ final class Model {
         }
     }
 
-    private String eventBad(int kind, String field, String[] f, long cents, String time, double uVar, double uVal) {
+    private String eventBad(int kind, String field, String[] f, long cents, double uVar, double uVal) {
         String note = f[evNote];
+        String time = f[evTs].substring(11);
         switch (kindName(kind)) {
             case "invalid_utf8": return (note.isEmpty() ? "visit" : note) + " caf" + E_ACUTE;
             case "missing_required": return "";
@@ -601,7 +568,7 @@ final class Model {
             boolean older = copy == 2;
             long n = c.n;
             long updated = older
-                ? c.updatedSecs - 86400 - (long) Math.floor(uniform(xx(seed, saltConflict, n)) * 365 * 86400)
+                ? c.updatedSecs - 86400 - (long) Math.floor(uniform(xx(seed, SALT_CONFLICT, n)) * 365 * 86400)
                 : c.updatedSecs;
             long monthly = older ? c.monthlyCents - 500 : c.monthlyCents;
             String contract = older ? rotate(contracts, c.contractType) : c.contractType;
@@ -610,30 +577,24 @@ final class Model {
             boolean last = lastInFile && (copy != 0 || !added);
             text.reset();
             if (first) header(customerColumns);
-            if (kind == 0 || !hasRule(kind) && kind != codeWrongFieldCount) {
-                // The plain record, written piece by piece: the same text as the fields below.
-                long day = Math.floorDiv(updated, 86400L);
-                int tod = (int) (updated - day * 86400L);
-                text.add(c.customerId).add(',').add(date(day)).add(' ').add(Text.twoDigits(tod / 3600)).add(':')
-                    .add(Text.twoDigits(tod / 60 % 60)).add(':').add(Text.twoDigits(tod % 60))
-                    .add(',').add(date(c.signupDay)).add(',').add(date(c.birthDay)).add(',').add(c.gender)
-                    .add(',').add(c.region).add(',').add(c.partner).add(',').add(c.dependents).add(',').add(contract)
-                    .add(',').add(payment).add(',').add(c.paperlessBilling).add(',').add(c.phoneService)
-                    .add(',').add(c.multipleLines).add(',').add(c.internetService).add(',').add(c.onlineSecurity)
-                    .add(',').add(c.onlineBackup).add(',').add(c.deviceProtection).add(',').add(c.techSupport)
-                    .add(',').add(c.streamingTv).add(',').add(c.streamingMovies).add(',').addCents(monthly)
-                    .add(',').add(Long.toString(c.houseNumber)).add(' ').add(c.street).add(' ').add(c.streetType);
-            } else {
-                if (c.address == null) c.address = c.houseNumber + " " + c.street + " " + c.streetType;
-                String[] f = {
-                    c.customerId, ts(updated), date(c.signupDay), date(c.birthDay), c.gender, c.region, c.partner,
-                    c.dependents, contract, payment, c.paperlessBilling, c.phoneService, c.multipleLines,
-                    c.internetService, c.onlineSecurity, c.onlineBackup, c.deviceProtection, c.techSupport,
-                    c.streamingTv, c.streamingMovies, Text.cents(monthly), c.address,
-                };
-                double uVar = uniform(xx(seed, saltDefectVariant, n, copy));
-                double uVal = uniform(xx(seed, saltDefectValue, n, copy));
-                double uField = uniform(xx(seed, saltDefectField, n, copy));
+            int start = text.length();
+            // The record as its fields stand: the only place the customer's fields are formatted.
+            long day = Math.floorDiv(updated, 86400L);
+            int tod = (int) (updated - day * 86400L);
+            text.add(c.customerId).add(',').add(date(day)).add(' ').add(Text.twoDigits(tod / 3600)).add(':')
+                .add(Text.twoDigits(tod / 60 % 60)).add(':').add(Text.twoDigits(tod % 60))
+                .add(',').add(date(c.signupDay)).add(',').add(date(c.birthDay)).add(',').add(c.gender)
+                .add(',').add(c.region).add(',').add(c.partner).add(',').add(c.dependents).add(',').add(contract)
+                .add(',').add(payment).add(',').add(c.paperlessBilling).add(',').add(c.phoneService)
+                .add(',').add(c.multipleLines).add(',').add(c.internetService).add(',').add(c.onlineSecurity)
+                .add(',').add(c.onlineBackup).add(',').add(c.deviceProtection).add(',').add(c.techSupport)
+                .add(',').add(c.streamingTv).add(',').add(c.streamingMovies).add(',').addCents(monthly)
+                .add(',').add(Long.toString(c.houseNumber)).add(' ').add(c.street).add(' ').add(c.streetType);
+            if (kind != 0 && (hasRule(kind) || kind == codeWrongFieldCount)) {
+                String[] f = fieldsFrom(start);
+                double uVar = uniform(xx(seed, SALT_DEFECT_VARIANT, n, copy));
+                double uVal = uniform(xx(seed, SALT_DEFECT_VALUE, n, copy));
+                double uField = uniform(xx(seed, SALT_DEFECT_FIELD, n, copy));
                 int target = -1;
                 String bad = null;
                 if (hasRule(kind)) {
@@ -664,7 +625,7 @@ final class Model {
                                double uVal) {
         String monthly = f[indexOf(customerColumns, "monthly_charges")];
         switch (kindName(kind)) {
-            case "invalid_utf8": return c.address.split(" ", -1)[0] + " Caf" + E_ACUTE + " St";
+            case "invalid_utf8": return c.houseNumber + " Caf" + E_ACUTE + " St";
             case "missing_required": return "";
             case "bad_number": return badNumber(monthly, uVar);
             case "bad_date": {
@@ -685,7 +646,7 @@ final class Model {
                 }
                 return d.toString();
             }
-            case "tricky_quoting": return tricky(c.address, uVar, "Apt 4");
+            case "tricky_quoting": return tricky(f[custAddress], uVar, "Apt 4");
             default: throw new IllegalArgumentException("no rule for " + kindName(kind));
         }
     }
@@ -699,6 +660,14 @@ final class Model {
             text.add(columns[i]);
         }
         text.add('\n');
+    }
+
+    /** The fields of the record written since ``start`` (a record as its fields stand holds no comma inside a
+     *  field: its free text never has one), which a defect's record is then written over. */
+    private String[] fieldsFrom(int start) {
+        String[] f = text.string(start).split(",", -1);
+        text.truncate(start);
+        return f;
     }
 
     /** A defect's record: the target field replaced by the bad value, the free text quoted where it must be,

@@ -175,7 +175,7 @@ public final class Source implements TableProvider {
         private int inChunk;
         private final UnsafeRowWriter writer = new UnsafeRowWriter(3, 1024);  // one row, refilled by each next()
         private byte[] counts;   // the file's counts, after its last line
-        private final long[] kinds = new long[64];
+        private final long[] kinds;   // records per defect code
         private long records, cascade;
         private long next;
         private InternalRow row;
@@ -184,6 +184,7 @@ public final class Source implements TableProvider {
             this.block = block;
             this.model = new Model(Spec.parse(block.json));
             this.mode = model.s.mode;
+            this.kinds = new long[model.maxKindCode + 1];
             this.next = block.start;
         }
 
@@ -236,7 +237,7 @@ public final class Source implements TableProvider {
             if (last) {
                 StringBuilder b = new StringBuilder().append(block.index).append(' ').append(records).append(' ')
                     .append(cascade);
-                for (int k = 1; k <= model.maxKindCode(); k++) b.append(' ').append(kinds[k]);
+                for (int k = 1; k <= model.maxKindCode; k++) b.append(' ').append(kinds[k]);
                 counts = b.toString().getBytes(java.nio.charset.StandardCharsets.US_ASCII);
             }
         }

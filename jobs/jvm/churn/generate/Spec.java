@@ -32,7 +32,7 @@ final class Spec implements Serializable {
     final Map<String, double[]> rates = new HashMap<>();       // per dataset, in the contract's order of kinds
     final Map<String, String[]> rateKinds = new HashMap<>();
     final Map<String, Integer> code = new HashMap<>();
-    final Map<String, Boolean> rejecting = new HashMap<>();
+    final java.util.Set<String> rejecting = new java.util.HashSet<>();   // kinds whose row clean quarantines
     final Map<String, String[]> columns = new HashMap<>();
     final Map<String, String[]> required = new HashMap<>();
     final String[] customerCats, eventCats;
@@ -79,7 +79,7 @@ final class Spec implements Serializable {
             Map.Entry<String, JsonNode> e = it.next();
             code.put(e.getKey(), e.getValue().asInt());
         }
-        for (JsonNode k : j.get("rejecting")) rejecting.put(k.asText(), true);
+        for (JsonNode k : j.get("rejecting")) rejecting.add(k.asText());
         fill(j.get("columns"), columns);
         fill(j.get("required"), required);
         customerCats = strings(j.get("customer_cats"));

@@ -15,6 +15,21 @@ final class Text {
         len = 0;
     }
 
+    int length() {
+        return len;
+    }
+
+    /** The bytes from ``start`` on as a string, a char per byte (the inverse of add(String)). */
+    String string(int start) {
+        char[] c = new char[len - start];
+        for (int i = start; i < len; i++) c[i - start] = (char) (buf[i] & 0xFF);
+        return new String(c);
+    }
+
+    void truncate(int newLength) {
+        len = newLength;
+    }
+
     private void room(int more) {
         if (len + more > buf.length) buf = Arrays.copyOf(buf, Math.max(buf.length * 2, len + more));
     }
@@ -46,14 +61,7 @@ final class Text {
         w.write(ordinal, buf, 0, len);
     }
 
-    Text add(byte[] b) {
-        room(b.length);
-        System.arraycopy(b, 0, buf, len, b.length);
-        len += b.length;
-        return this;
-    }
-
-    /** A non-negative number of cents as d.cc. */
+    /** A non-negative number of cents as d.cc, its digits written in place (no string per record). */
     Text addCents(long cents) {
         long whole = cents / 100;
         if (whole == 0) {
@@ -92,11 +100,9 @@ final class Text {
         return "0000000000".substring(s.length()) + s;
     }
 
-    /** d.cc from a whole number of cents (negative ones as Spark's decimal cast writes them: -d.cc). */
+    /** addCents as a string (for defect values, off the per-record path). */
     static String cents(long cents) {
-        if (cents >= 0) return (cents / 100) + "." + TWO[(int) (cents % 100)];
-        long a = -cents;
-        return "-" + (a / 100) + "." + TWO[(int) (a % 100)];
+        return new Text().addCents(cents).string(0);
     }
 
     static boolean needsQuotes(String v) {
