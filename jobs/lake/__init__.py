@@ -1,0 +1,1 @@
+"""The lake: the data contract, all Delta I/O, the session helpers, the GPU plan collector."""

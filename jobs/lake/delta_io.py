@@ -1,0 +1,114 @@
+"""All Delta Lake I/O of the pipeline: reads pinned to a version, idempotent writes, versions recorded.
+
+Idempotence, by kind of write:
+- ``overwrite``: the table becomes exactly ``df`` (a stage rebuilding its output from the same input
+  gives the same contents, whatever ran before);
+- ``replace_where``: only the rows matching a predicate are replaced (e.g. one stage's slice of the
+  quarantine, one run's predictions); done with Delta's ``replaceWhere``, which the GPU can run;
+- ``append_once``: an append keyed by (app id, version) through Delta's ``txnAppId`` / ``txnVersion``,
+  so a retried or re-run append of the same key is skipped.
+"""
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.core.errors import UserError
+from jobs.lake import plans
+from jobs.lake.contract import TABLES
+from jobs.lake.session import conf_flag
+
+
+def table_path(lake: str, name: str) -> str:
+    return os.path.join(lake, TABLES[name])
+
+
+def version(spark: SparkSession, path: str) -> int:
+    """Latest committed version of the Delta table at ``path`` (relative paths too, which SQL's
+    ``DESCRIBE HISTORY delta.`path``` rejects)."""
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()["version"])
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+# Profiles that run SQL on the GPU set this: Delta snapshots are then scanned as their Parquet files (below).
+FILES_AS_PARQUET_KEY = "spark.churn.delta.scanFilesAsParquet"
+# Table features under which a snapshot's Parquet files alone do not hold its rows as Delta reads them.
+PARQUET_UNSAFE_FEATURES = ("deletionVectors", "columnMapping")
+
+
+class TableMissing(UserError):
+    """A stage's input table does not exist (yet)."""
+
+
+def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple[DataFrame, int]:
+    """The table at ``path`` pinned to one version (the latest if none given), and that version."""
+    if not exists(spark, path):
+        raise TableMissing(f"no Delta table at {path}: run the stage that writes it first (README, 'Stages')")
+    v = version(spark, path) if at_version is None else at_version
+    df = spark.read.format("delta").option("versionAsOf", v).load(path)
+    if conf_flag(spark, FILES_AS_PARQUET_KEY, False):
+        df = snapshot_files_as_parquet(spark, path, df)
+    return df, v
+
+
+def read_table(spark: SparkSession, lake: str, name: str, at_version: int | None = None) -> tuple[DataFrame, int]:
+    """The lake's table ``name`` (contract.TABLES), as ``read``."""
+    return read(spark, table_path(lake, name), at_version)
+
+
+def snapshot_files_as_parquet(spark: SparkSession, path: str, snapshot: DataFrame) -> DataFrame:
+    """The rows of ``snapshot`` (a Delta read pinned to a version) as a plain Parquet scan of exactly the data
+    files that version lists, or ``snapshot`` itself where that would not be the same rows.
+
+    Why: the RAPIDS Accelerator 25.04 (the newest jar served here) ships only a Delta stub for Spark 3.5, so it
+    keeps every Delta scan on the CPU and feeds the GPU through a row-to-columnar copy; a Parquet scan of the
+    same files runs on the GPU. Delta's own reader is still what lists the files (``inputFiles`` of the pinned
+    snapshot: removed and uncommitted files are never read), and the schema is the snapshot's. It is the same
+    rows only for unpartitioned tables without deletion vectors or column mapping (the pipeline's tables); any
+    other table, or an empty one, is read through Delta as before."""
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().first()  # one row of table metadata
+    features = set(detail["tableFeatures"] or [])
+    properties = detail["properties"] or {}
+    if (detail["partitionColumns"] or features & set(PARQUET_UNSAFE_FEATURES)
+            or properties.get("delta.enableDeletionVectors", "false") == "true"
+            or properties.get("delta.columnMapping.mode", "none") != "none"):
+        return snapshot
+    files = snapshot.inputFiles()
+    if not files:
+        return snapshot
+    return spark.read.schema(snapshot.schema).parquet(*files)
+
+
+def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> int:
+    plans.observe(df, path)
+    writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)
+    return version(df.sparkSession, path)
+
+
+def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:
+    """Replace the rows matching ``predicate`` with ``df`` (every row of ``df`` must match it)."""
+    spark = df.sparkSession
+    if not exists(spark, path):
+        return overwrite(df, path, partition_by)
+    plans.observe(df, path)
+    df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
+    return version(spark, path)
+
+
+def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:
+    plans.observe(df, path)
+    df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", txn_version).save(path)
+    return version(df.sparkSession, path)

@@ -1,0 +1,112 @@
+"""What the RAPIDS Accelerator would not run on the GPU, read from its own planner.
+
+``potential_gpu_plan(df)`` calls the plugin's ExplainPlan API on a DataFrame's plan (the RAPIDS jar must be
+on the class path; the gpu-explain profile loads it in explain-only mode, which works without a GPU).
+``fallbacks(report)`` turns the report's ``!`` lines into records: operator kind, name, reason.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+from pyspark.sql import DataFrame
+
+_LINE = re.compile(r"^\s*!(?P<kind>\w*)\s*<(?P<name>[^>]+)>\s*(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    kind: str     # Exec, Expression, Partitioning, ...
+    name: str     # e.g. ProjectExec, RegExpExtract
+    reason: str   # the plugin's words after "because"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def potential_gpu_plan(df: DataFrame, level: str = "ALL") -> str:
+    jvm = df.sparkSession._jvm
+    return str(jvm.com.nvidia.spark.rapids.ExplainPlan.explainPotentialGpuPlan(df._jdf, level))
+
+
+def fallbacks(report: str) -> list[Fallback]:
+    found = []
+    for line in report.splitlines():
+        m = _LINE.match(line)
+        if m:
+            rest = m.group("rest")
+            reason = rest.split("because", 1)[1].strip() if "because" in rest else rest.strip()
+            found.append(Fallback(m.group("kind") or "Operator", m.group("name"), reason))
+    return found
+
+
+def operators(report: str) -> list[str]:
+    """Every operator the planner judged (on the GPU or not), e.g. ['ProjectExec', 'Alias', ...]."""
+    return re.findall(r"^\s*[*!@#]\w*\s*<([^>]+)>", report, flags=re.M)
+
+
+class PlanCollector:
+    """Collects, per pipeline stage, what each Delta write's query would not run on the GPU.
+
+    ``delta_io`` hands every DataFrame it writes to ``observe``; while a collector is active and the RAPIDS
+    jar is on the class path (gpu and gpu-explain profiles), the plugin's planner judges it. Under the cpu
+    profile the jar is absent and this costs nothing. Planning only: no query is executed for it.
+    """
+
+    _active: "PlanCollector | None" = None
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.current = "unstaged"
+        self.by_stage: dict[str, list[dict]] = {}
+        self._lock = threading.Lock()  # stages write tables from several threads (session.together)
+
+    @classmethod
+    def for_session(cls, spark) -> "PlanCollector":
+        collector = cls(enabled=rapids_available(spark))
+        cls._active = collector
+        return collector
+
+    @contextmanager
+    def stage(self, name: str):
+        self.current = name
+        self.by_stage.setdefault(name, [])
+        try:
+            yield self
+        finally:
+            self.current = "unstaged"
+
+    def record(self, df: DataFrame, target: str) -> None:
+        if not self.enabled:
+            return
+        found = fallbacks(potential_gpu_plan(df))
+        with self._lock:
+            entries = self.by_stage.setdefault(self.current, [])
+            for fb in found:
+                entry = {**fb.as_dict(), "target": target}
+                if entry not in entries:
+                    entries.append(entry)
+
+    def save(self, path: str) -> None:
+        import json
+        import os
+
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"collected": self.enabled, "stages": self.by_stage}, f, indent=2, sort_keys=True)
+
+
+def rapids_available(spark) -> bool:
+    """Whether the RAPIDS jar is on the session's class path (py4j resolves through Spark's class loader,
+    which holds --jars; a plain Class.forName would only see the system class path)."""
+    from py4j.java_gateway import JavaClass
+
+    return isinstance(spark._jvm.com.nvidia.spark.rapids.ExplainPlan, JavaClass)
+
+
+def observe(df: DataFrame, target: str) -> None:
+    """Called by jobs.lake.delta_io before each write."""
+    if PlanCollector._active is not None:
+        PlanCollector._active.record(df, target)

@@ -1,0 +1,144 @@
+"""The one way a job gets its SparkSession: whatever spark-submit configured (conf/ profiles), nothing added to
+it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver and, on a cluster, waits
+for an executor with a GPU, or stops saying why none came); the one way a job changes a Spark SQL setting for a
+while (``session_conf``); the one way it reads a profile's true/false switch (``conf_flag``); and the one way it
+runs independent Spark jobs side by side (``together``)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+from pyspark.sql import SparkSession
+
+from jobs.core.errors import UserError
+
+T = TypeVar("T")
+
+
+def get_spark(app_name: str) -> SparkSession:
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    preload_gpu_libraries(spark)
+    wait_for_gpu_executors(spark)
+    return spark
+
+
+GPU_EXECUTOR_WAIT_KEY = "spark.churn.gpu.executorWaitSeconds"
+DEFAULT_GPU_EXECUTOR_WAIT_S = 600
+
+
+def wait_for_gpu_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
+    """Where the profile asks each executor for GPUs on a cluster, waits until one executor has registered, and
+    stops with one message naming the cause and the fix if none has within ``spark.churn.gpu.executorWaitSeconds``
+    (default 600; 0 waits as long as Spark does, i.e. for ever).
+
+    A cluster with no free GPU never starts such an executor: Spark itself only logs "Initial job has not accepted
+    any resources" every 15 s and the job waits for ever, before its first task. Not checked in local mode (the
+    launcher checks the machine's GPU), nor with dynamic allocation (executors then start only once tasks wait)."""
+    conf = spark.sparkContext.getConf()
+    amount = conf.get("spark.executor.resource.gpu.amount", "0") or "0"
+    if (float(amount) <= 0 or spark.sparkContext._jsc.sc().isLocal()
+            or conf_flag(spark, "spark.dynamicAllocation.enabled", False)):
+        return
+    raw = conf.get(GPU_EXECUTOR_WAIT_KEY, str(DEFAULT_GPU_EXECUTOR_WAIT_S))
+    try:
+        limit = float(raw)
+    except ValueError:
+        raise UserError(f"{GPU_EXECUTOR_WAIT_KEY}={raw!r} is not a number of seconds: set it in the profile "
+                        f"or with --conf (0 waits for ever)") from None
+    deadline = time.monotonic() + limit
+    while registered_executors(spark) < 1:
+        if limit > 0 and time.monotonic() > deadline:
+            raise UserError(
+                f"no executor started on {spark.sparkContext.master} within {limit:g} s: the profile asks each "
+                f"executor for {amount} GPU (spark.executor.resource.gpu.amount) and the cluster has none free. "
+                f"Start the workers with GPUs (spark.worker.resource.gpu.amount and a discovery script; README, "
+                f"'On a cluster'), free them, or use --profile cpu; {GPU_EXECUTOR_WAIT_KEY} sets how long to wait")
+        time.sleep(poll_s)
+
+
+def registered_executors(spark: SparkSession) -> int:
+    """Executors registered with the driver now (local mode: 0, the driver runs the tasks itself)."""
+    jsc = spark.sparkContext._jsc.sc()
+    return 0 if jsc.isLocal() else len(jsc.statusTracker().getExecutorInfos()) - 1  # the driver is listed too
+
+
+def preload_gpu_libraries(spark: SparkSession) -> threading.Thread | None:
+    """Where the profile runs SQL on the GPU, starts loading the RAPIDS Accelerator's native libraries (cuDF and
+    its JNI) into the driver JVM from a background thread, and returns that thread; otherwise does nothing.
+
+    The plugin loads them on the driver the first time it plans an expression whose GPU version needs a JNI class,
+    in the planner, with the query waiting: in the pipeline that was the train stage's split (``xxhash64``), whose
+    count then took 8.6-14.6 s instead of 0.4 on an H200 (a driver thread dump showed the planner in
+    ``NativeDepsLoader.loadNativeDeps`` from ``jni.Hash``'s static initialiser). Loaded at session start instead,
+    it overlaps the job's first stages. A failure is left to the planner to report, where it would anyway."""
+    props = {k: spark.conf.get(k, "") or "" for k in ("spark.plugins", "spark.rapids.sql.mode")}
+    if not needs_gpu(props):
+        return None
+    jvm = spark.sparkContext._jvm
+
+    def load() -> None:
+        try:
+            jvm.ai.rapids.cudf.NativeDepsLoader.loadNativeDeps()  # synchronized, once per JVM
+        except Exception:  # the class missing or the libraries failing: the planner meets the same, later
+            pass
+
+    thread = threading.Thread(target=load, name="rapids-native-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+def uses_rapids(props: dict[str, str]) -> bool:
+    """Whether Spark properties load the RAPIDS SQL plugin (so its jar must be on the class path)."""
+    return "com.nvidia.spark.SQLPlugin" in props.get("spark.plugins", "")
+
+
+def needs_gpu(props: dict[str, str]) -> bool:
+    """Whether Spark properties execute on a GPU (explain-only mode plans for one but runs on the CPU)."""
+    return uses_rapids(props) and props.get("spark.rapids.sql.mode", "executeongpu").lower() != "explainonly"
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]):
+    """Spark SQL settings for the queries run inside the block, restored (or unset) after it."""
+    old = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def conf_flag(spark: SparkSession, key: str, default: bool) -> bool:
+    """A profile's true/false setting (case and surrounding spaces ignored), ``default`` when it is unset; any
+    other value stops with one message naming the key, rather than being read as either."""
+    value = spark.conf.get(key, None)
+    if value is None:
+        return default
+    word = value.strip().lower()
+    if word not in ("true", "false"):
+        raise UserError(f"{key}={value!r} is neither true nor false: set it to one of them in the profile (conf/*.conf)")
+    return word == "true"
+
+
+def together(work: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Runs independent pieces of work (each one or more Spark jobs, e.g. writes of different tables) from
+    threads of their own and returns their results by name, once every one has finished.
+
+    Spark's scheduler shares the cores between the jobs, so a job with fewer tasks than cores (a dataset of a
+    few unsplittable CSV files, a small table) no longer leaves the rest idle while it runs. Each thread is a
+    PySpark inheritable thread (it carries the caller's job group and local properties). Nothing is left
+    running behind a failure: all pieces finish (or fail) before the first failure, in ``work``'s order, is
+    raised; a piece that succeeded stays done, as it would have run one after the other."""
+    from pyspark import inheritable_thread_target
+
+    with ThreadPoolExecutor(max_workers=max(1, len(work)), thread_name_prefix="together") as pool:
+        futures = {name: pool.submit(inheritable_thread_target(fn)) for name, fn in work.items()}
+    errors = [f.exception() for f in futures.values() if f.exception() is not None]
+    if errors:
+        raise errors[0]
+    return {name: f.result() for name, f in futures.items()}

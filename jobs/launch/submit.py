@@ -1,0 +1,183 @@
+"""The launch: run a job with spark-submit under a profile (base + profile merged), with the jars from
+build/jars and the jobs package shipped to the executors, so the same command works on ``local[*]`` and on a
+cluster (``--master spark://host:7077``, ``yarn``, ``k8s://...``).
+
+    scripts/submit [--profile cpu|gpu|gpu-explain] [--master URL] [--conf k=v ...] <job | app.py> [args]
+    scripts/pipeline [--profile ...] [--master URL] [--conf k=v ...] [pipeline args]
+
+A job is a stage or the pipeline (``jobs.run.runner``); any other PySpark application file runs with the same
+profiles and jars. Mistakes (unknown profile or job, bad job arguments, missing jars, gpu profile without a GPU)
+end in one line and exit 2 before Spark starts. ``scripts/pipeline`` also keeps Spark's event log in
+<out>/eventlog, with each stage's memory peaks (``MEMORY_PEAKS``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from jobs.core.errors import UserError
+from jobs.launch import jars, profiles
+from jobs.run import runner
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "jobs"
+APP = PACKAGE / "__main__.py"
+
+
+# Resource requests that only a cluster manager can grant (see for_master).
+LOCAL_MODE_DROPPED = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
+                      "spark.executor.resource.gpu.discoveryScript")
+
+
+class SubmitError(Exception):
+    pass
+
+
+def build_pyfiles(dest: Path) -> Path:
+    """The jobs package as a zip for --py-files (rebuilt each time, so executors never run stale code)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(PACKAGE.rglob("*.py")):
+            z.write(f, f.relative_to(ROOT).as_posix())
+    return dest
+
+
+def spark_home() -> Path:
+    """The Spark inside the installed pyspark package (a venv, or a --target install on a GPU host)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def has_local_gpu() -> bool:
+    nvsmi = shutil.which("nvidia-smi")
+    if not nvsmi:
+        return False
+    out = subprocess.run([nvsmi, "-L"], capture_output=True, text=True)
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def for_master(props: dict[str, str], master: str) -> dict[str, str]:
+    """The profile's properties as ``master`` can honour them. Local mode offers its tasks no GPU resource, so
+    a task that asks for a share of one is never scheduled: the job would wait for ever at its first stage
+    (the gpu profile under local[*] on a one-GPU machine). The plugin and spark-rapids-ml find the local GPU
+    without those requests. A ``local-cluster[...]`` master is not local mode: its executors are real and keep
+    the requests, as on any cluster."""
+    if not (master == "local" or master.startswith("local[")):
+        return dict(props)
+    return {k: v for k, v in props.items() if k not in LOCAL_MODE_DROPPED}
+
+
+def spark_submit_command(profile: str, master: str, job: str, job_args: list[str],
+                         extra_conf: list[str], workdir: Path) -> tuple[list[str], dict[str, str]]:
+    if job.endswith(".py"):
+        if not Path(job).is_file():
+            raise SubmitError(f"no application file {job}: give a job ({', '.join(runner.job_names())}) "
+                              "or the path of a PySpark application file")
+        job = str(Path(job).resolve())
+    elif job not in runner.job_names():
+        raise SubmitError(f"unknown job {job!r}; jobs: {', '.join(runner.job_names())}, "
+                          "or a PySpark application file (.py)")
+    try:
+        props = profiles.load_profile(profile)
+    except profiles.ProfileError as e:
+        raise SubmitError(str(e)) from None
+    try:
+        jar_paths = jars.jars_for(rapids=profiles.uses_rapids(props))
+    except jars.MissingJarsError as e:
+        raise SubmitError(str(e)) from None
+    if profiles.needs_gpu(props) and master.startswith("local") and not has_local_gpu():
+        raise SubmitError(
+            f"profile {profile!r} runs on NVIDIA GPUs, but this machine has none (nvidia-smi finds no GPU). "
+            "Use --profile cpu, or --profile gpu-explain to see what would run on a GPU, "
+            "or submit to a cluster with GPU executors (--master)."
+        )
+    props = for_master(props, master)
+    for kv in extra_conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise SubmitError(f"--conf {kv!r} is not key=value")
+        props[key] = value
+    props_file = profiles.write_properties(props, workdir / "spark.properties")
+    pyfiles = build_pyfiles(workdir / "jobs.zip")
+    spark_submit = spark_home() / "bin" / "spark-submit"
+    cmd = [str(spark_submit), "--master", master, "--properties-file", str(props_file),
+           "--jars", ",".join(str(p) for p in jar_paths), "--py-files", str(pyfiles),
+           str(APP), job, *job_args]
+    env = dict(os.environ)
+    # Executors on this machine (local, or a standalone cluster on the same host) use this venv's Python;
+    # on a cluster set PYSPARK_PYTHON to the executors' interpreter that has the pinned packages.
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return cmd, env
+
+
+def options(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, add_help=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="cpu", help="cpu (default), gpu or gpu-explain: a file under conf/")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark property")
+    p.add_argument("--dry-run", action="store_true", help="print the spark-submit command, run nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """scripts/submit."""
+    p = options("scripts/submit")
+    p.add_argument("-h", "--help", action="help")
+    p.add_argument("job", help=f"one of: {', '.join(runner.job_names())}, or a PySpark application file (.py)")
+    p.add_argument("job_args", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    return submit(args, args.job, args.job_args, "submit")
+
+
+# The event log also keeps, per Spark stage and executor, the peaks of the executor's memory metrics (JVM heap,
+# execution and storage memory, the resident memory of the JVM and its Python workers), sampled every 250 ms
+# rather than at each 10 s heartbeat, which short stages would slip between: jobs/run/eventlog.py reads them per
+# pipeline stage (scripts/bench-memory); the history server shows them per stage.
+MEMORY_PEAKS = ("spark.eventLog.logStageExecutorMetrics=true", "spark.executor.metrics.pollingInterval=250ms",
+                "spark.executor.processTreeMetrics.enabled=true")
+
+
+def pipeline_main(argv: list[str] | None = None) -> int:
+    """scripts/pipeline: the pipeline job, with Spark's event log in <out>/eventlog."""
+    ns, rest = options("scripts/pipeline").parse_known_args(argv)
+    if "-h" in rest or "--help" in rest:
+        print(__doc__)
+        runner.job("pipeline").parser().print_help()
+        return 0
+    try:
+        args = runner.job("pipeline").parse(rest)
+    except UserError as e:
+        print(f"pipeline: error: {e}", file=sys.stderr)
+        return 2
+    eventlog = Path(args["out"]) / "eventlog"
+    eventlog.mkdir(parents=True, exist_ok=True)
+    ns.conf = [*ns.conf, "spark.eventLog.enabled=true", f"spark.eventLog.dir={eventlog.as_uri()}", *MEMORY_PEAKS]
+    return submit(ns, "pipeline", [*rest, "--out", args["out"], "--as-of", args["as_of"]], "pipeline")
+
+
+def submit(ns: argparse.Namespace, job: str, job_args: list[str], prog: str) -> int:
+    with tempfile.TemporaryDirectory(prefix="submit-") as tmp:
+        try:
+            cmd, env = spark_submit_command(ns.profile, ns.master, job, job_args, ns.conf, Path(tmp))
+            if job in runner.job_names():
+                runner.job(job).parse(job_args)  # the job's own arguments, checked before Spark starts
+        except (SubmitError, UserError) as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
+        if ns.dry_run:
+            print(" ".join(cmd))
+            return 0
+        return subprocess.call(cmd, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

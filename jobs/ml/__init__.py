@@ -1,0 +1,1 @@
+"""The model's parts: the estimator factory (MLlib or spark-rapids-ml), the metrics, the split."""

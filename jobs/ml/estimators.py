@@ -1,0 +1,324 @@
+"""The estimator factory: the only module that knows two logistic-regression back ends exist.
+
+The Spark property ``spark.churn.ml.implementation`` (set by the conf/ profile) picks one:
+- ``pyspark.ml`` (default): Spark MLlib on the CPU; its input is one vector column (VectorAssembler);
+- ``spark_rapids_ml``: spark-rapids-ml on GPUs (cuML); it takes the numeric columns directly through
+  ``featuresCols``, which keeps the CPU-only VectorAssembler out of a RAPIDS plan.
+
+Callers get a ``LogisticRegressionTrainer`` (estimator + its input preparation + the pre-fit checks) and a
+``FittedLogisticRegression`` back, and never branch on the back end. Every model leaves this module as a
+plain pyspark.ml ``PipelineModel`` (VectorAssembler + LogisticRegressionModel): a spark-rapids-ml model is
+converted with ``model.cpu()`` first, so any CPU Spark can load what was saved, whichever back end trained it.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.core.errors import UserError
+from jobs.lake.session import conf_flag, registered_executors
+
+IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
+FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
+# spark-rapids-ml casts the features to float32 for cuML unless told otherwise (``float32_inputs``); "false" keeps
+# them double, as MLlib fits them. In float32, 5 of 44 coefficients differed from MLlib's by more than
+# 1e-3 relative (two float32 fits of the same data as much from each other), at equal AUC.
+FLOAT32_INPUTS_KEY = "spark.churn.ml.float32Inputs"
+PYSPARK_ML = "pyspark.ml"
+SPARK_RAPIDS_ML = "spark_rapids_ml"
+IMPLEMENTATIONS = (PYSPARK_ML, SPARK_RAPIDS_ML)
+
+# The vector column MLlib fits on and the saved pipeline assembles; never a gold column.
+VECTOR_COL = "features"
+
+# Estimator parameters both back ends take, mapped by spark-rapids-ml onto cuML's (regParam -> C = 1/regParam,
+# elasticNetParam -> l1_ratio, maxIter -> max_iter, ...).
+COMMON_PARAMS = ("regParam", "elasticNetParam", "maxIter", "tol", "standardization", "fitIntercept",
+                 "labelCol", "predictionCol", "probabilityCol", "rawPredictionCol")
+# MLlib parameters that spark-rapids-ml accepts only by training on the CPU (its fallback), never on the GPU.
+GPU_UNSUPPORTED_PARAMS = ("threshold", "thresholds", "weightCol", "lowerBoundsOnCoefficients",
+                          "upperBoundsOnCoefficients", "lowerBoundsOnIntercepts", "upperBoundsOnIntercepts")
+
+
+def implementation(spark: SparkSession) -> str:
+    value = spark.conf.get(IMPLEMENTATION_KEY, PYSPARK_ML)
+    if value not in IMPLEMENTATIONS:
+        raise UserError(
+            f"{IMPLEMENTATION_KEY}={value!r} is not a known ML back end: set it to one of "
+            f"{', '.join(IMPLEMENTATIONS)} in the profile (conf/*.conf)"
+        )
+    return value
+
+
+def cpu_fallback_enabled(spark: SparkSession) -> bool:
+    return conf_flag(spark, FALLBACK_KEY, False)
+
+
+@dataclass
+class LogisticRegressionTrainer:
+    """An estimator over named double feature columns, with whatever input preparation its back end needs."""
+
+    implementation: str
+    estimator: Any
+    feature_cols: tuple[str, ...]
+    prepare: Callable[[DataFrame], DataFrame]
+    check_can_fit: Callable[..., None]  # (wait=True): raises UserError if it cannot fit; wait=False only starts it
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def fit(self, df: DataFrame) -> "FittedLogisticRegression":
+        """Fit on ``df`` (feature columns + label). Stops with a UserError, before any work, if it cannot."""
+        self.check_can_fit()
+        model = self.estimator.fit(self.prepare(df))
+        return FittedLogisticRegression.from_model(model, self.feature_cols, self.implementation)
+
+    def param_maps(self, grid: Sequence[dict[str, Any]]) -> list[dict]:
+        """``grid`` (MLlib parameter names -> values) as ParamMaps of this estimator."""
+        return [{self.estimator.getParam(name): value for name, value in overrides.items()} for overrides in grid]
+
+    def fit_grid(self, df: DataFrame, grid: Sequence[dict[str, Any]]) -> list["FittedLogisticRegression"]:
+        """One model per entry of ``grid`` (parameter overrides, MLlib names), in the grid's order, through the
+        standard ``Estimator.fitMultiple``: spark-rapids-ml fits them all from one hand-off of the data to the
+        GPU (the hand-off is most of a GPU fit's time), MLlib fits them one after the other."""
+        self.check_can_fit()
+        models: list[Any] = [None] * len(grid)
+        for index, model in self.estimator.fitMultiple(self.prepare(df), self.param_maps(grid)):
+            models[index] = FittedLogisticRegression.from_model(model, self.feature_cols, self.implementation)
+        return models
+
+
+def logistic_regression(spark: SparkSession, feature_cols: Sequence[str], **params: Any) -> LogisticRegressionTrainer:
+    """A logistic regression for the back end the session's profile names, with ``params`` (MLlib names)."""
+    impl = implementation(spark)
+    feature_cols = tuple(feature_cols)
+    if impl == SPARK_RAPIDS_ML:
+        return _rapids_trainer(spark, feature_cols, params)
+    return _mllib_trainer(feature_cols, params)
+
+
+def _mllib_trainer(feature_cols: tuple[str, ...], params: dict[str, Any]) -> LogisticRegressionTrainer:
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.feature import VectorAssembler
+
+    assembler = VectorAssembler(inputCols=list(feature_cols), outputCol=VECTOR_COL, handleInvalid="error")
+    estimator = LogisticRegression(featuresCol=VECTOR_COL, family="binomial", **params)
+    return LogisticRegressionTrainer(PYSPARK_ML, estimator, feature_cols, assembler.transform,
+                                     lambda wait=True: None, dict(params))
+
+
+def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: dict[str, Any]) -> LogisticRegressionTrainer:
+    unsupported = sorted(p for p in params if p in GPU_UNSUPPORTED_PARAMS)
+    if unsupported and not cpu_fallback_enabled(spark):
+        raise UserError(
+            f"LogisticRegression parameter {', '.join(unsupported)} is not supported by spark-rapids-ml on the GPU: "
+            f"drop it, or set {FALLBACK_KEY}=true in the profile (that trains on the CPU instead)"
+        )
+    from spark_rapids_ml.classification import LogisticRegression
+
+    params = {"float32_inputs": conf_flag(spark, FLOAT32_INPUTS_KEY, True), **params}
+    estimator = LogisticRegression(featuresCols=list(feature_cols), **params)
+    return LogisticRegressionTrainer(SPARK_RAPIDS_ML, estimator, feature_cols, lambda df: df,
+                                     lambda wait=True: check_gpu_available(spark, wait), dict(params))
+
+
+# The modules a spark-rapids-ml LogisticRegression fit loads in its Python worker, in the order it loads them:
+# the last four when its CumlContext starts (ucxx first, as spark-rapids-ml does, so that UCX's libraries come from
+# ucxx). On an H200 the fit's cuML context took 2.5-2.6 s in a worker's first fit, 1.0 s in its later ones; part of
+# that difference is these imports (UCX's and NCCL's libraries), which the probe now pays beside the features stage.
+GPU_FIT_MODULES = ("cupy", "cupyx", "spark_rapids_ml.classification", "spark_rapids_ml.common.cuml_context",
+                   "cuml.linear_model.logistic_regression_mg", "ucxx", "pylibraft.common", "raft_dask.common",
+                   "raft_dask.common.nccl")
+_gpu_checks: dict[str, Future] = {}  # application id -> its one probe (running or done)
+_gpu_checks_lock = threading.Lock()
+
+
+def start_checks(spark: SparkSession) -> None:
+    """Starts the profile's back-end check in the background, so that it overlaps other work: for
+    spark-rapids-ml the GPU probe, whose Python worker the fit then reuses if the fit starts within Spark's
+    idle-worker timeout (one minute without Python tasks). The check's verdict comes at the fit.
+
+    No warm-up fit: one of 4,096 rows through the profile's estimator after the probe cut the
+    grid's fit from 11.2-13.7 to 9.8-10.1 s, but a spark-rapids-ml fit runs as a barrier task holding all of the
+    executor's cores and its GPU (stage-level scheduling), so for its 6.6-9.3 s nothing else ran: the train
+    stage's split count waited for it, and by the event log's times the stage would have ended 1-3 s sooner
+    without it (measured on an H200)."""
+    if implementation(spark) == SPARK_RAPIDS_ML:
+        check_gpu_available(spark, wait=False)
+
+
+def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
+    """Stop with one clear message unless a Spark task can import what a spark-rapids-ml fit imports and use a
+    CUDA device. One probe per application, in a background thread; ``wait=False`` only starts it.
+
+    Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver need not
+    have a GPU. The probe is a ``mapInPandas`` over one row per executor (``_probe_tasks``), the same kind of Python
+    task the fit runs (under the RAPIDS Accelerator both go through its columnar Python runner), so the Python
+    worker it leaves behind, with those modules imported and a CUDA context on the task's GPU, is the one the fit
+    reuses (``spark.python.worker.reuse``): on an H200 the grid's fit fell from 23.6 s to 11.5 s, its wait for data
+    from ~14.7 s to ~3 s. Skipped when CPU fallback is on (then nothing needs
+    the GPU)."""
+    if cpu_fallback_enabled(spark):
+        return
+    app = spark.sparkContext.applicationId
+    with _gpu_checks_lock:
+        if app not in _gpu_checks:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="gpu-probe")
+            _gpu_checks[app] = pool.submit(_probe_with_driver_import, spark)
+            pool.shutdown(wait=False)  # the probe runs on; its thread ends with it
+        check = _gpu_checks[app]
+    if wait:
+        check.result()  # raises the probe's UserError
+
+
+def _probe_with_driver_import(spark: SparkSession) -> None:
+    try:  # the driver's side of a fit, imported here rather than at the fit (~1 s, more where cuML is installed)
+        import spark_rapids_ml.classification  # noqa: F401
+    except ImportError:
+        pass  # the estimator's own import reports it, where it is needed
+    _probe_gpu(spark)
+
+
+def _probe_gpu(spark: SparkSession) -> None:
+    def probe(batches):  # nested so that it is pickled by value: executors need not import jobs.ml.estimators for it
+        import importlib
+        import json
+        import time
+
+        import pandas as pd
+        for _ in batches:
+            pass
+        seconds: dict[str, float] = {}
+
+        def answer(problem: str) -> "pd.DataFrame":
+            return pd.DataFrame({"problem": [problem], "seconds": [json.dumps(seconds)]})
+
+        def why(e: Exception) -> str:
+            return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+        for name in GPU_FIT_MODULES:
+            t0 = time.time()
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # ImportError, or a CUDA library that fails to load
+                yield answer(f"cannot import {name} ({why(e)})")
+                return
+            seconds[name] = round(time.time() - t0, 3)
+        t0 = time.time()
+        try:
+            import cupy
+            from pyspark import TaskContext
+            gpus = (TaskContext.get().resources() or {}).get("gpu")
+            device = int(gpus.addresses[0]) if gpus and gpus.addresses else 0
+            cupy.cuda.Device(device).use()
+            cupy.zeros(1).sum().item()  # creates the CUDA context the fit would otherwise create
+        except Exception as e:
+            yield answer(f"no usable CUDA device ({why(e)})")
+            return
+        seconds["cuda_context"] = round(time.time() - t0, 3)
+        yield answer("")
+
+    tasks = _probe_tasks(spark)
+    try:
+        probed = spark.range(tasks, numPartitions=tasks).mapInPandas(probe, "problem string, seconds string")
+        rows = probed.collect()  # one row per probe task
+        problem = next((r["problem"] for r in rows if r["problem"]), "")
+        seconds = "; ".join(r["seconds"] for r in rows)
+    except Exception as e:  # the task itself could not run (e.g. it asks for a GPU resource no executor has)
+        problem, seconds = f"a probe task failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", ""
+    if problem:
+        raise UserError(
+            f"{IMPLEMENTATION_KEY}={SPARK_RAPIDS_ML} needs a GPU with cupy and cuML on the executors, but {problem}: "
+            f"run under a GPU host (see shared/gpu/README.md) or use the cpu profile "
+            f"({IMPLEMENTATION_KEY}={PYSPARK_ML})"
+        )
+    print(f"train: GPU probe passed; seconds in its Python worker: {seconds}", flush=True)
+
+
+def _probe_tasks(spark: SparkSession) -> int:
+    """One probe task per executor registered now (1 in local mode, or before any executor registered): a fit
+    runs one task per GPU, and each should find a warm Python worker on its executor. Placement is Spark's:
+    tasks of one stage offered to idle executors go round-robin over them, so with every executor idle, as
+    between two stages, each gets one; a busy executor can still take two, and the fit then finds one cold
+    worker, as with a single probe."""
+    return max(1, registered_executors(spark))  # local mode (0): the driver runs the one probe task
+
+
+@dataclass
+class FittedLogisticRegression:
+    """A binary logistic regression as coefficients by feature name plus intercept, whichever back end fit it.
+
+    ``probability`` is a built-in Spark expression (the GPU can run it; MLlib's ``transform`` is a JVM UDF
+    over vectors that cannot), so evaluation and scoring need no vector column and no back end."""
+
+    feature_cols: tuple[str, ...]
+    coefficients: tuple[float, ...]
+    intercept: float
+    implementation: str
+    spark_model: Any  # pyspark.ml.classification.LogisticRegressionModel (plain, CPU-loadable)
+
+    @classmethod
+    def from_model(cls, model: Any, feature_cols: Sequence[str], impl: str) -> "FittedLogisticRegression":
+        plain = model.cpu() if hasattr(model, "cpu") else model
+        plain.setFeaturesCol(VECTOR_COL)
+        return cls(tuple(feature_cols), tuple(float(c) for c in plain.coefficients), float(plain.intercept),
+                   impl, plain)
+
+    def margin(self) -> Column:
+        terms = [F.col(c) * F.lit(w) for c, w in zip(self.feature_cols, self.coefficients)]
+        return balanced_sum([F.lit(self.intercept), *terms])
+
+    def probability(self) -> Column:
+        """P(label = 1) as a double column, the same number MLlib's ``probability[1]`` holds."""
+        return F.lit(1.0) / (F.lit(1.0) + F.exp(-self.margin()))
+
+    def coefficients_by_name(self) -> dict[str, float]:
+        return dict(zip(self.feature_cols, self.coefficients))
+
+    def save(self, path: str) -> str:
+        """A plain pyspark.ml PipelineModel (VectorAssembler over the named columns + the model) at ``path``."""
+        from pyspark.ml import PipelineModel
+        from pyspark.ml.feature import VectorAssembler
+
+        assembler = VectorAssembler(inputCols=list(self.feature_cols), outputCol=VECTOR_COL, handleInvalid="error")
+        PipelineModel(stages=[assembler, self.spark_model]).write().overwrite().save(path)
+        return path
+
+
+def balanced_sum(terms: Sequence[Column]) -> Column:
+    """The sum of ``terms`` as a balanced tree of additions (depth ~log2(n)), not a left-deep chain.
+
+    The RAPIDS Accelerator 25.04 takes time exponential in the depth of nested arithmetic to plan an
+    expression (NVIDIA/spark-rapids#13224, fixed in 25.08): a chain of 44 additions never finishes planning,
+    so the driver sits at 100% CPU with no Spark job. Pairs are added level by level, left to right: the
+    order of the additions is fixed by the order of the terms, so every run gives the same bits."""
+    level = list(terms)
+    if not level:
+        return F.lit(0.0)
+    while len(level) > 1:
+        paired = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)]
+        level = paired + ([level[-1]] if len(level) % 2 else [])
+    return level[0]
+
+
+def load_model(spark: SparkSession, path: str) -> FittedLogisticRegression:
+    """A model saved by ``FittedLogisticRegression.save``; plain pyspark.ml, so it loads on any CPU Spark."""
+    from pyspark.ml import PipelineModel
+
+    if not model_exists(spark, path):
+        raise UserError(f"no saved model at {path}: run the train stage first, or pass the path it printed "
+                        f"(<models-dir>/<run_id>/model)")
+    pipeline = PipelineModel.load(path)
+    assembler, model = pipeline.stages
+    return FittedLogisticRegression(tuple(assembler.getInputCols()), tuple(float(c) for c in model.coefficients),
+                                    float(model.intercept), PYSPARK_ML, model)
+
+
+def model_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` (local or any Hadoop file system) holds a saved pyspark.ml model."""
+    jvm = spark.sparkContext._jvm
+    metadata = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/metadata")
+    return bool(metadata.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(metadata))

@@ -1,0 +1,76 @@
+"""Memory peaks per pipeline stage, read from a Spark event log.
+
+Every pipeline run writes an event log (scripts/pipeline turns it on) with, for each Spark stage and executor,
+the peaks of the executor's memory metrics while the stage ran (``SparkListenerStageExecutorMetrics``, from
+``spark.eventLog.logStageExecutorMetrics``), and with each job's job group, which the pipeline sets to the name
+of its stage (``jobs.run.runner.Runner``). Joined, they give each pipeline stage's peaks: what
+scripts/bench-memory reports. In local mode the one executor is the driver (``"driver"``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# Peaks kept, in bytes: the JVM's heap and off-heap use, what Spark's memory manager gave to execution (sorts,
+# aggregations, joins, shuffles) and to storage (cached frames), and the resident memory of the executor's JVM
+# and of its Python workers (process-tree metrics, where spark.executor.processTreeMetrics.enabled is set).
+METRICS = ("JVMHeapMemory", "JVMOffHeapMemory", "OnHeapExecutionMemory", "OnHeapStorageMemory",
+           "ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory")
+NO_GROUP = "(no job group)"
+
+
+def log_file(eventlog_dir: str | Path) -> Path:
+    """The one application's event log in ``eventlog_dir`` (as scripts/pipeline leaves it)."""
+    files = sorted(p for p in Path(eventlog_dir).iterdir() if p.is_file() and not p.name.endswith(".inprogress"))
+    if len(files) != 1:
+        raise ValueError(f"expected one finished event log in {eventlog_dir}, found {[p.name for p in files]}")
+    return files[0]
+
+
+# Task totals kept per job group: task time, JVM garbage collection, and what sorts, aggregations and joins
+# spilled for want of execution memory (in memory, deserialised, and on disk, serialised).
+TASK_TOTALS = {"run_ms": "Executor Run Time", "gc_ms": "JVM GC Time",
+               "spilled_memory_bytes": "Memory Bytes Spilled", "spilled_disk_bytes": "Disk Bytes Spilled"}
+
+
+def _grouped(path: str | Path):
+    """Each event of the log with the job group of its Spark stage (None where the event names no stage). One
+    pass: a job's start, which names its stages and carries its group, comes before anything of those stages."""
+    group_of_stage: dict[int, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            e = json.loads(line)
+            if e["Event"] == "SparkListenerJobStart":
+                group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
+                for stage in e["Stage IDs"]:
+                    group_of_stage.setdefault(stage, group)
+            yield e, (group_of_stage.get(e["Stage ID"], NO_GROUP) if "Stage ID" in e else None)
+
+
+def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
+    """{job group: {"tasks": n, and each of TASK_TOTALS summed over its tasks}}. Spilling is what shows a stage
+    short of memory: execution memory itself is elastic (Spark lends a sort or aggregation whatever the unified
+    pool has free, and spills beyond it), so its peak tracks what was free more than what was needed."""
+    totals: dict[str, dict[str, int]] = {}
+    for e, group in _grouped(path):
+        if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            t = totals.setdefault(group, {"tasks": 0, **{k: 0 for k in TASK_TOTALS}})
+            t["tasks"] += 1
+            for key, field in TASK_TOTALS.items():
+                t[key] += int(e["Task Metrics"].get(field, 0))
+    return totals
+
+
+def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:
+    """{job group: {metric: peak bytes over its Spark stages and executors}}; Spark stages whose jobs had no
+    group count under NO_GROUP. A metric an executor did not report is left out."""
+    peaks: dict[str, dict[str, int]] = {}
+    for e, group in _grouped(path):
+        if e["Event"] != "SparkListenerStageExecutorMetrics":
+            continue
+        metrics = e["Executor Metrics"]
+        mine = peaks.setdefault(group, {})
+        for m in METRICS:
+            if m in metrics:
+                mine[m] = max(mine.get(m, 0), int(metrics[m]))
+    return peaks

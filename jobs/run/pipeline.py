@@ -1,0 +1,126 @@
+"""The whole pipeline in one Spark application: the stages of ``jobs.stages.PIPELINE`` in order, through the
+runner, with one progress line per stage.
+
+    scripts/pipeline [--profile cpu|gpu|gpu-explain] [--master URL] [--out DIR] [--input DIR] [stage options]
+
+Its parameters are its stages' (each default as the stage declares it), less those it derives from the output
+folder: data/ (generated CSV, unless --input), lake/ (Delta tables), models/, report/, eventlog/.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from jobs import stages
+from jobs.core.errors import UserError
+from jobs.core.params import AS_OF
+from jobs.core.stage import Param, parse_args, parser_for
+from jobs.ml import estimators
+
+OWN = (
+    Param("out", "output folder", default="runs/latest"),
+    Param("input", "existing CSV folder (customers/, events/): skips generate", default=None),
+    AS_OF.but(default=None, help=AS_OF.help + f" (default: the input's manifest.json, else {AS_OF.default})"),
+)
+# Stage parameters the pipeline sets itself, from its output folder and from earlier stages.
+DERIVED = ("data", "lake", "models_dir", "manifest", "model", "run_id", "out", "overwrite")
+
+
+class Pipeline:
+    name = "pipeline"
+    summary = __doc__.split("\n\n")[0]
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        params = {p.name: p for p in OWN}
+        for name in self.names:
+            for p in stages.stage(name).params:
+                if p.name not in DERIVED:
+                    params.setdefault(p.name, p)
+        return tuple(params.values())
+
+    def parser(self, prog: str = "scripts/pipeline"):
+        return parser_for(prog, self.summary, self.params)
+
+    def parse(self, argv: list[str]) -> dict:
+        given = parse_args(self.parser(), self.params, argv)
+        args = {p.name: given.get(p.name, p.default) for p in self.params}
+        self.check(args)
+        return args
+
+    def check(self, args: dict) -> None:
+        """Every mistake a user can make in the call, found before anything is written; fills in the as-of date
+        and absolute paths (tables, reports and event logs name one place, whatever the working folder)."""
+        if args["input"] is not None:
+            src = Path(args["input"])
+            if not src.is_dir():
+                raise UserError(f"--input {args['input']}: no such folder; point it at a folder holding customers/ "
+                                "and events/ CSV files, or leave it out to generate data")
+            for ds in ("customers", "events"):
+                if not any((src / ds).glob("*.csv*")):
+                    raise UserError(f"--input {args['input']}: no CSV files in {src / ds}; expected "
+                                    f"{src}/customers/*.csv and {src}/events/*.csv (optionally .gz)")
+            if args["as_of"] is None:
+                manifest = src / "manifest.json"
+                if not manifest.is_file():
+                    raise UserError(f"--input {args['input']} has no manifest.json to take the as-of date from: "
+                                    "pass --as-of YYYY-MM-DD")
+                args["as_of"] = json.loads(manifest.read_text())["generator"]["as_of"]
+            args["input"] = os.path.abspath(args["input"])
+        args["as_of"] = args["as_of"] or AS_OF.default
+        args["out"] = os.path.abspath(args["out"])
+        out = Path(args["out"])
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".write-probe"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise UserError(f"--out {args['out']} is not writable ({e.strerror}): choose another folder") from None
+        data = self.layout(args)["data"]
+        if args["input"] is None:
+            stages.stage("generate").check(self.stage_args("generate", args, self.layout(args)))
+            if (Path(data) / "manifest.json").exists():
+                # Regenerating over old data would mix two datasets' files; the lake is rebuilt idempotently anyway.
+                raise UserError(f"{data} already holds generated data: pass --input {data} to reuse it, "
+                                "or choose a new --out")
+
+    @staticmethod
+    def layout(args: dict) -> dict:
+        """The derived parameters: where each stage reads and writes under the output folder."""
+        out = args["out"]
+        data = args["input"] or os.path.join(out, "data")
+        manifest = os.path.join(data, "manifest.json")
+        return {"data": data, "lake": os.path.join(out, "lake"), "models_dir": os.path.join(out, "models"),
+                "manifest": manifest if os.path.exists(manifest) else None, "out": out, "overwrite": False,
+                "model": None, "run_id": None}
+
+    def stage_args(self, name: str, args: dict, derived: dict) -> dict:
+        values = {**args, **derived}
+        return {p.name: values[p.name] for p in stages.stage(name).params}
+
+    def run(self, runner, args: dict) -> None:
+        spark = runner.spark
+        ui = spark.sparkContext.uiWebUrl
+        runner.line(f"Spark {spark.version}, master {spark.sparkContext.master}" + (f", UI at {ui}" if ui else ""))
+        outputs: dict = {}
+        for name in self.names:
+            if name == "generate" and args["input"] is not None:
+                continue
+            if name == "features":
+                # The train stage's back-end check (spark-rapids-ml: a GPU probe that leaves a warm Python worker
+                # for the fit) runs beside the features stage instead of before the fit.
+                estimators.start_checks(spark)
+            if name == "report":
+                runner.plans.save(os.path.join(args["out"], "report", "gpu-fallbacks.json"))
+            derived = {**self.layout(args), **outputs}
+            record = runner.run(stages.stage(name), self.stage_args(name, args, derived), lake=derived["lake"])
+            outputs.update(record.extra.get("outputs", {}))
+        runner.line(f"finished: report at {runner.records['report'].extra['report']}")
+
+
+PIPELINE = Pipeline(stages.PIPELINE)

@@ -1,0 +1,95 @@
+"""The one runner of stages: the command line, the session, timing, job groups, the plan collector, saving each
+stage's record and turning a user's mistake into one line. A stage run alone (``scripts/submit <stage> ...``)
+and the whole pipeline (``scripts/pipeline``) go through the same ``Runner.run``.
+
+    python -m jobs <job> [job args]        (spark-submit runs jobs/__main__.py, which calls main)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from jobs import stages
+from jobs.core.errors import UserError
+from jobs.core.stage import Stage, StageRecord
+from jobs.lake import plans
+
+
+def jobs() -> dict:
+    """Every job by name: the stages, and the pipeline (the stages in order)."""
+    from jobs.run.pipeline import PIPELINE
+
+    return {**{name: stages.stage(name) for name in stages.MODULES}, PIPELINE.name: PIPELINE}
+
+
+def job_names() -> tuple[str, ...]:
+    return (*stages.MODULES, "pipeline")
+
+
+def job(name: str):
+    if name not in job_names():
+        raise UserError(f"unknown job {name!r}; jobs: {', '.join(job_names())}, or a PySpark application file (.py)")
+    return jobs()[name]
+
+
+class Runner:
+    """Runs stages in one Spark session: one progress line at each start and end (elapsed time, the stage's
+    figures), each stage's Spark jobs under the stage's name as their job group (the Spark UI and the event log
+    group them by it), what each stage's writes would not run on the GPU (``plans``), and each stage's record
+    saved in ``<lake>/_stages/`` with its time, measured here once."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.t0 = time.perf_counter()
+        self.plans = plans.PlanCollector.for_session(spark)
+        self.records: dict[str, StageRecord] = {}
+
+    def line(self, text: str) -> None:
+        print(f"[churn {time.perf_counter() - self.t0:7.1f}s] {text}", flush=True)
+
+    def run(self, stage: Stage, args: dict, lake: str | None = None) -> StageRecord:
+        """Runs ``stage`` with ``args``; its record is saved in ``lake`` (default: the stage's own lake, if any)."""
+        self.spark.sparkContext.setJobGroup(stage.name, f"stage {stage.name}")
+        self.line(f"{stage.name}: start")
+        started = time.perf_counter()
+        with self.plans.stage(stage.name):
+            record = stage.work(self.spark, **stage.arguments(args))
+        record.seconds = round(time.perf_counter() - started, 2)
+        lake = lake or args.get("lake")
+        if lake:
+            record.extra["record_path"] = record.save(lake)
+        detail = stage.describe(record)
+        self.line(f"{stage.name}: done in {record.seconds:.1f}s" + (f" ({detail})" if detail else ""))
+        self.records[stage.name] = record
+        return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``<job> [args]``: the job's arguments are parsed and checked before its session starts; a user's mistake
+    ends with one line and exit status 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if not argv:
+            raise UserError(f"no job given; jobs: {', '.join(job_names())}")
+        chosen = job(argv[0])
+        args = chosen.parse(argv[1:])
+        from jobs.lake.session import get_spark
+
+        runner = Runner(get_spark(f"churn-{chosen.name}"))
+        if isinstance(chosen, Stage):
+            record = runner.run(chosen, args)
+            print(json.dumps({"stage": record.stage, "seconds": record.seconds, "read": record.read,
+                              "wrote": record.wrote, "counts": _flat(record.counts),
+                              "record": record.extra.get("record_path")}, default=str))
+        else:
+            chosen.run(runner, args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _flat(counts: dict) -> dict:
+    """The record's top-level figures (per-file detail stays in the saved record)."""
+    return {k: v for k, v in counts.items() if k not in ("files", "totals")}

@@ -1,0 +1,87 @@
+"""The session helpers (jobs.lake.session): profile switches, Spark jobs side by side, the GPU libraries' preload."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("value, default, expected", [
+    (None, True, True), (None, False, False), ("false", True, False), (" TRUE ", False, True), ("False", True, False),
+])
+def test_profile_switches_read_true_or_false_and_default_when_unset(spark, value, default, expected):
+    from jobs.lake.session import conf_flag, session_conf
+
+    key = "spark.churn.test.switch"
+    with session_conf(spark, {} if value is None else {key: value}):
+        assert conf_flag(spark, key, default) is expected
+
+
+def test_a_profile_switch_neither_true_nor_false_names_its_key(spark):
+    from jobs.core.errors import UserError
+    from jobs.lake.session import conf_flag, session_conf
+
+    with session_conf(spark, {"spark.churn.clean.persist": "flase"}):
+        with pytest.raises(UserError, match=r"spark.churn.clean.persist='flase' is neither true nor false"):
+            conf_flag(spark, "spark.churn.clean.persist", True)
+
+
+def test_together_runs_spark_jobs_side_by_side_and_raises_only_after_all_finish(spark):
+    import threading
+
+    from jobs.lake.session import together
+
+    started, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def slow_count():
+        started.set()
+        assert release.wait(60), "the other piece never ran while this one was running"
+        seen["local_property"] = spark.sparkContext.getLocalProperty("churn.test")
+        return spark.range(1000).count()
+
+    def quick_count():
+        assert started.wait(60)
+        n = spark.range(10).count()  # runs while slow_count is still waiting: the pieces overlap
+        release.set()
+        return n
+
+    spark.sparkContext.setLocalProperty("churn.test", "from the caller")
+    try:
+        assert together({"slow": slow_count, "quick": quick_count}) == {"slow": 1000, "quick": 10}
+    finally:
+        spark.sparkContext.setLocalProperty("churn.test", None)
+    assert seen["local_property"] == "from the caller"
+
+    finished = []
+
+    def fails():
+        raise ValueError("first piece broke")
+
+    def succeeds():
+        time.sleep(0.5)
+        finished.append(spark.range(5).count())
+        return 5
+
+    with pytest.raises(ValueError, match="first piece broke"):
+        together({"fails": fails, "succeeds": succeeds})
+    assert finished == [5]  # the other piece was not abandoned half-way
+
+
+def test_gpu_libraries_are_preloaded_only_where_sql_runs_on_the_gpu(spark):
+    from types import SimpleNamespace
+
+    from jobs.lake.session import preload_gpu_libraries
+
+    assert preload_gpu_libraries(spark) is None  # the test session: no RAPIDS plugin
+
+    def session_with(conf: dict):  # the real JVM (no RAPIDS jar on this class path), another profile's settings
+        return SimpleNamespace(conf=SimpleNamespace(get=lambda k, d=None: conf.get(k, d)),
+                               sparkContext=spark.sparkContext)
+
+    plugin = {"spark.plugins": "com.nvidia.spark.SQLPlugin"}
+    assert preload_gpu_libraries(session_with({**plugin, "spark.rapids.sql.mode": "explainOnly"})) is None
+    thread = preload_gpu_libraries(session_with({**plugin, "spark.rapids.sql.mode": "executeOnGpu"}))
+    assert thread is not None and thread.daemon
+    thread.join(30)
+    assert not thread.is_alive()  # the missing class is swallowed: the planner reports such problems itself

@@ -1,0 +1,174 @@
+"""The launchers (jobs.launch.submit): scripts/submit refusing bad invocations with one line, the gpu profile under
+a local master, a real standalone cluster (a job, generate, the gpu profile without GPUs), and scripts/pipeline
+stopping bad invocations before anything is written."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.launch import jars, profiles, submit
+from jobs.stages import generate
+from tests.support.sessions import ROOT, run_python
+
+VENV_BIN = Path(sys.executable).parent
+ENV = {**os.environ, "SKIP_SETUP": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "turbo", "tools/smoke.py"], "unknown profile 'turbo': choose one of cpu, gpu, gpu-explain"),
+    (["--profile", "cpu", "fly"], "unknown job 'fly'"),
+    (["--profile", "gpu", "tools/smoke.py", "--out", "x"],
+     "profile 'gpu' runs on NVIDIA GPUs, but this machine has none"),
+    (["--conf", "novalue", "tools/smoke.py"], "--conf 'novalue' is not key=value"),
+])
+def test_submit_refuses_bad_invocations_with_one_line(args, message):
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+LOCAL_GPU_PROFILE_JOB = """
+import json, sys
+from pyspark.sql import SparkSession
+b = SparkSession.builder.master("local[2]")
+for k, v in json.loads(sys.argv[1]).items():
+    b = b.config(k, v)
+print("rows", b.getOrCreate().range(1000).repartition(4).count())
+"""
+
+
+def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
+    """Local mode offers its tasks no GPU resource, so a task asking for 1/8 of a GPU is never scheduled:
+    ``scripts/pipeline --profile gpu`` on one GPU machine waited for ever at its first stage (H200, run 8).
+    submit drops the requests for a local master and keeps them for a cluster; a real local Spark with the
+    profile's settings, the plugin aside (this machine has no GPU), then runs its jobs."""
+    gpu = profiles.load_profile("gpu")
+    assert submit.for_master(gpu, "spark://127.0.0.1:7077") == gpu
+    assert gpu["spark.task.resource.gpu.amount"] == "0.125"
+    local = submit.for_master(gpu, "local[2]")
+    assert set(gpu) - set(local) == set(submit.LOCAL_MODE_DROPPED)
+    job = {k: v for k, v in local.items() if k not in ("spark.plugins", "spark.kryo.registrator")}
+    job["spark.driver.memory"] = "1g"
+    job["spark.jars"] = ",".join(str(j) for j in jars.jars_for(rapids=False))   # the profile's Delta catalog
+    # Before the fix this job never finished: the process outlived the timeout and the test failed.
+    assert "rows 1000" in run_python(LOCAL_GPU_PROFILE_JOB, json.dumps(job), timeout=180)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, seconds: float = 60) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    """A real Spark standalone master + one worker on 127.0.0.1, from the installed pyspark."""
+    port, ui = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    spark_class = str(VENV_BIN / "spark-class")
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env,
+                              stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        wait_for_port(port)
+        worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
+                                   "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
+                                   "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env,
+                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for p in (worker, master):
+            if p is not None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+@pytest.mark.slow
+def test_submit_runs_a_job_on_a_standalone_cluster(standalone_cluster, tmp_path):
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                          "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # 0 + 1 + ... + 999, over 10 buckets, computed by executors the worker started
+    assert result == {"master": standalone_cluster, "version": 0, "rows": 10, "total": 499500}
+    assert list((tmp_path / "smoke" / "smoke_totals" / "_delta_log").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run(standalone_cluster, spark, tmp_path):
+    # generate's rows come from its JVM data source: executors in other JVMs need its jar, which submit passes.
+    args = dict(customers=300, seed=5, defect_rate=0.1, rows_per_file=1000)
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g", "generate",
+                          "--out", str(tmp_path / "cluster"), "--customers", "300", "--seed", "5",
+                          "--defect-rate", "0.1", "--rows-per-file", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    local = generate.STAGE(spark, str(tmp_path / "local"), **args).extra["manifest"]
+    cluster = json.loads((tmp_path / "cluster" / "manifest.json").read_text())
+    assert cluster == local and len(local["datasets"]["events"]["files"]) == 4
+    for dataset in ("customers", "events"):
+        for name in local["datasets"][dataset]["files"]:
+            written = (tmp_path / "cluster" / dataset / name).read_bytes()
+            assert written == (tmp_path / "local" / dataset / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_gpu_profile_on_a_cluster_without_gpus_stops_with_one_message(standalone_cluster, tmp_path):
+    # The worker offers no GPU, so Spark never starts an executor for the gpu profile and, left alone, the job
+    # would wait for ever before its first task.
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "gpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                          "--conf", "spark.churn.gpu.executorWaitSeconds=8",
+                          "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 2, out.stderr[-3000:]
+    # spark-submit passes the Python driver's stderr on through its stdout
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no executor started" in errors[0] and "within 8 s" in errors[0], out.stdout[-3000:]
+    assert "spark.worker.resource.gpu.amount" in errors[0] and "--profile cpu" in errors[0]
+    assert not (tmp_path / "smoke").exists()  # stopped before the job wrote anything
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "turbo"], "unknown profile 'turbo'"),
+    (["--customers", "0"], "--customers 0: need at least 1 customer"),
+    (["--input", "/nonexistent/csv"], "--input /nonexistent/csv: no such folder"),
+    (["--out", "{blocker}/out"], "is not writable"),
+])
+def test_bad_pipeline_invocations_stop_before_writing(tmp_path, args, message):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    args = [a.replace("{blocker}", str(blocker)) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "run")]
+    proc = subprocess.run([sys.executable, "-m", "jobs.launch", "pipeline", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=ENV)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "run" / "lake").exists() and not (tmp_path / "run" / "data").exists()

@@ -1,0 +1,109 @@
+"""The whole pipeline through its real launchers: compare-profiles runs it under cpu and gpu-explain on the
+same small generated input (full parity expected), the report is held to the Delta tables as an independent
+reader sees them, the GPU fallback gate holds, and the event log gives each stage its memory peaks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from jobs.run import eventlog
+from tests.support.sessions import ROOT
+from tools import gpu_gate
+
+ENV = {**os.environ, "SKIP_SETUP": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "compare-profiles"), "--profiles", "cpu,gpu-explain", "--customers", "600",
+         "--out", str(out), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=4",
+         "--conf", "spark.driver.memory=2g", "--conf", "spark.ui.showConsoleProgress=false"],
+        capture_output=True, text=True, timeout=1500, env=ENV, cwd=ROOT)
+    return out, proc
+
+
+@pytest.mark.slow
+def test_cpu_and_gpu_explain_runs_agree_fully(compared):
+    out, proc = compared
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads((out / "comparison.json").read_text())
+    assert result["parity"] is True
+    expected_tables = {"bronze_customers", "bronze_events", "quarantine", "silver_customers", "silver_events",
+                       "gold_features", "predictions"}
+    assert expected_tables <= set(result["tables"])
+    assert all(t["parity"] and t["rows"][0] == t["rows"][1] > 0 for t in result["tables"].values())
+    assert result["model"]["parity"] and result["model"]["roc_auc"][0] == result["model"]["roc_auc"][1]
+    # Both runs fit with MLlib on the same rows: every customer's probability and decile are the same, to the
+    # last bits of floating-point sums. gpu-explain's clean recomputes its frames instead of persisting them
+    # (conf/gpu-explain.conf), so silver's rows reach the features' per-customer sums in another order: gold
+    # differs by ~3e-14 (usage_amount_90d), which MLlib's fit at tol 1e-10 carries to ~3e-10 in probability.
+    predictions = result["model"]["predictions"]
+    assert predictions["rows"] == predictions["matched"] > 0 and predictions["same_decile_share"] == 1.0
+    assert predictions["max_abs_diff"] < 1e-8
+    assert set(result["timings"]) >= {"ingest", "clean", "features", "train", "score"}
+
+
+def _delta(path: str):
+    from deltalake import DeltaTable
+
+    return DeltaTable(path)
+
+
+@pytest.mark.slow
+def test_report_numbers_equal_the_delta_tables(compared):
+    out, proc = compared
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = out / "cpu"
+    report = json.loads((run / "report" / "report.json").read_text())
+    for name, t in report["tables"].items():
+        table = _delta(t["path"])  # the Rust reader, independent of Spark
+        assert table.version() == t["version"], name
+        assert table.to_pyarrow_table().num_rows == t["rows"], name
+    q = _delta(report["tables"]["quarantine"]["path"]).to_pyarrow_table(columns=["dataset", "reason"]).to_pylist()
+    counted: dict = {}
+    for r in q:
+        counted.setdefault(r["dataset"], {}).setdefault(r["reason"], 0)
+        counted[r["dataset"]][r["reason"]] += 1
+    assert report["quarantine"] == counted
+    for ds, a in report["accounting"].items():
+        assert a["balanced"], (ds, a)
+        assert a["kept"] == report["tables"][f"silver_{ds}"]["rows"]
+    assert all(r["ok"] for r in report["quality"]), [r for r in report["quality"] if not r["ok"]]
+    runs = _delta(report["tables"]["runs"]["path"]).to_pyarrow_table().to_pylist()
+    assert report["model"]["run_id"] in {r["run_id"] for r in runs}
+    md = (run / "report" / "report.md").read_text()
+    assert f"| predictions | {report['tables']['predictions']['version']} |" in md
+    page = (run / "report" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 4  # ROC, PR, lift, coefficients inlined
+    assert list((run / "eventlog").iterdir()), "Spark event log kept for the history server"
+
+
+@pytest.mark.slow
+def test_every_gpu_fallback_is_allow_listed(compared):
+    out, _ = compared
+    fallbacks = json.loads((out / "gpu-explain" / "report" / "gpu-fallbacks.json").read_text())
+    assert fallbacks["collected"] is True
+    assert set(fallbacks["stages"]) >= {"ingest", "clean", "features", "score"}
+    assert gpu_gate.unexpected(fallbacks["stages"], gpu_gate.load_allowlist()) == []
+    report_md = (out / "gpu-explain" / "report" / "report.md").read_text()
+    assert "## What would not run on the GPU" in report_md
+
+
+@pytest.mark.slow
+def test_the_event_log_gives_each_pipeline_stage_its_memory_peaks(compared):
+    """The pipeline's jobs carry their stage's name as job group and its event log keeps every Spark stage's
+    memory peaks, so scripts/bench-memory can read them per pipeline stage."""
+    out, _ = compared
+    peaks = eventlog.stage_peaks(eventlog.log_file(out / "cpu" / "eventlog"))
+    assert {"ingest", "clean", "features", "train", "score", "report"} <= set(peaks), sorted(peaks)
+    for stage in ("ingest", "clean", "features", "train", "score"):
+        p = peaks[stage]
+        assert set(p) == set(eventlog.METRICS), (stage, p)   # process-tree metrics included
+        assert 0 < p["JVMHeapMemory"] <= p["ProcessTreeJVMRSSMemory"], (stage, p)
+    totals = eventlog.task_totals(eventlog.log_file(out / "cpu" / "eventlog"))
+    assert all(totals[s]["tasks"] > 0 and totals[s]["run_ms"] > 0 for s in ("ingest", "clean", "train")), totals

@@ -1,0 +1,39 @@
+"""The score stage on the session's ``trained`` run (tests/conftest.py): the predictions table, a re-run, a
+missing model."""
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from jobs.core.errors import UserError
+from jobs.lake import contract, delta_io
+from jobs.stages import score
+from tests.support.model_inputs import N_CUSTOMERS
+
+
+def test_predictions_have_ids_probabilities_and_deciles(spark, trained):
+    df, _ = delta_io.read(spark, delta_io.table_path(trained["lake"], "predictions"))
+    assert df.columns == ["customer_id", "churn_probability", "decile", "run_id"]
+    stats = df.agg(F.count("*").alias("n"), F.countDistinct(contract.ID).alias("ids"),
+                   F.min("decile").alias("lo"), F.max("decile").alias("hi")).first()
+    assert (stats["n"], stats["ids"], stats["lo"], stats["hi"]) == (N_CUSTOMERS, N_CUSTOMERS, 1, 10)
+    # Deciles follow the probabilities: every decile's lowest score is above the previous one's highest.
+    ranges = df.groupBy("decile").agg(F.min("churn_probability").alias("lo"), F.max("churn_probability").alias("hi")) \
+               .orderBy("decile").collect()
+    assert all(a["hi"] < b["lo"] for a, b in zip(ranges, ranges[1:]))
+    assert all(250 <= n <= 350 for n in (r["count"] for r in df.groupBy("decile").count().collect()))
+
+
+def test_rerunning_score_leaves_predictions_unchanged(spark, trained):
+    # Before the train re-run in tests/stages/test_train.py (a later file): a re-fit may differ from the first in the
+    # last bit of a coefficient.
+    path = delta_io.table_path(trained["lake"], "predictions")
+    before = sorted(delta_io.read(spark, path)[0].collect())
+    score.run(spark, trained["lake"], trained["record"].extra["model_path"], "r1")
+    after = sorted(delta_io.read(spark, path)[0].collect())
+    assert after == before
+
+
+def test_missing_model_is_a_user_error(spark, trained, tmp_path):
+    with pytest.raises(UserError, match="no saved model"):
+        score.run(spark, trained["lake"], str(tmp_path / "nowhere" / "model"), "r9")
