@@ -22,9 +22,10 @@ falls back to a scan of bronze's lineage columns whenever those statistics canno
 """
 from __future__ import annotations
 
-from functools import partial
+from functools import partial, reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -52,27 +53,76 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     before = file_states(spark, files)
 
     record = StageRecord(STAGE.name)
+    try:
+        wrote, physical = write_tables(spark, files, lake)
+    except Py4JJavaError as e:
+        raise unreadable(spark, files, e) from None
+    record.wrote.update(wrote)
+    if file_states(spark, files) != before:
+        raise UserError(f"input files under {data} changed while ingest read them, so bronze and quarantine may "
+                        f"come from different contents: run ingest again once nothing writes to that folder")
+
+    record.counts = accounting(spark, lake, record.wrote, files)
+    record.counts["input"] = reconciled(record.counts["files"], line_breaks_by_file(spark, lake, record.wrote),
+                                        physical, {ds: {file_name(spark, p): before[p][0] for p in ps}
+                                                   for ds, ps in files.items()})
+    record.extra["input"] = data
+    return record
+
+
+def write_tables(spark: SparkSession, files: dict[str, list[str]],
+                 lake: str) -> tuple[dict[str, int], dict[tuple[str, str], tuple[int, int]]]:
+    """Bronze and the quarantine's ingest slice; returns the versions written, and each file's physical and
+    blank lines (``physical_lines``, read beside the bronze writes)."""
     with one_task_per_file(spark), session_conf(spark, plugin_conf(spark)):
         # The two bronze writes run side by side: a dataset of few files (the customers: one task per file) would
         # otherwise leave most cores idle for its whole write.
         bronze = {f"bronze_{ds}": extract(spark, files[ds], columns).transform(bronze_rows(columns))
                   for ds, columns in DATASETS.items()}
         with session_conf(spark, BRONZE_TABLE_DEFAULTS):
-            record.wrote.update(together({
-                name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name)) for name, df in bronze.items()}))
-        parts = [extract(spark, files[ds], columns).transform(wrong_field_count_rows(ds))
+            done = together({**{name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
+                                for name, df in bronze.items()},
+                             "physical": partial(physical_lines, spark, files)})
+        wrote = {name: done[name] for name in bronze}
+        parts = [extract(spark, files[ds], columns).transform(quarantine_rows(ds))
                  for ds, columns in DATASETS.items()]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.
         quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
-        record.wrote["quarantine"] = delta_io.replace_where(
+        wrote["quarantine"] = delta_io.replace_where(
             quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE.name}'")
-    if file_states(spark, files) != before:
-        raise UserError(f"input files under {data} changed while ingest read them, so bronze and quarantine may "
-                        f"come from different contents: run ingest again once nothing writes to that folder")
+    return wrote, done["physical"]
 
-    record.counts = accounting(spark, lake, record.wrote, files)
-    record.extra["input"] = data
-    return record
+
+# What a read failure's message says, and what it means for the file (its cause and the fix).
+UNREADABLE = (
+    (("Unexpected end of input stream", "Not in GZIP format", "incorrect header check", "invalid block type",
+      "Stream is not BZip2 formatted", "unexpected end of stream", "CRC"),
+     "is a truncated or corrupt compressed file ({cause}): export it again, or move it out of the input folder"),
+    (("maxColumns", "exceeds the maximum number of columns", "ArrayIndexOutOfBoundsException"),
+     "holds a record with more fields than the CSV parser can hold (its limit is 20,480; {cause}): the file is "
+     "not CSV of this contract; fix or remove that record, or move the file out of the input folder"),
+    (("MalformedInputException", "CharacterCodingException"),
+     "could not be decoded ({cause}): write it as UTF-8, or move it out of the input folder"),
+)
+
+
+def unreadable(spark: SparkSession, files: dict[str, list[str]], error: Exception) -> Exception:
+    """The UserError for a read that failed: Spark's error names no file, so each file is parsed alone until one
+    fails (only on this path); the error as it was if none does."""
+    for ds, paths in files.items():
+        for path in paths:
+            try:
+                with one_task_per_file(spark):
+                    extract(spark, [path], DATASETS[ds]).select("record_number").count()
+            except Py4JJavaError as e:
+                text = str(e)
+                for marks, explanation in UNREADABLE:
+                    cause = next((m for m in marks if m in text), None)
+                    if cause:
+                        return UserError(f"{path} {explanation.format(cause=cause)}")
+                return UserError(f"{path} could not be read ({text.splitlines()[0][:300]}): fix it, or move it out "
+                                 f"of the input folder")
+    return error
 
 
 def _describe(record: StageRecord) -> str:
@@ -94,19 +144,55 @@ def _hadoop_fs(spark: SparkSession, path: str):
     return jvm, hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 
+# What a dataset folder may hold. Spark's file index skips names that start with "_" or "." even when they are named
+# explicitly, and Hadoop picks a decompressor by the lower-case suffix, so such files would lose their records
+# without a word: every file is either read or refused, naming the file and the fix.
+COMPRESSIONS = (".gz", ".bz2")
+SIDE_FILE_SUFFIXES = (".crc",)   # Hadoop's checksum files beside the data files they describe
+
+
+def input_verdict(name: str, size: int, is_file: bool = True) -> str | None:
+    """None if ingest reads the file, "" if it is left aside as a side file holding no records (an empty marker
+    such as Spark's ``_SUCCESS``, a Hadoop ``.crc``), else why it is refused, with the fix."""
+    if not is_file:
+        return "is a folder: ingest reads only the files directly in a dataset folder; move its files up, or move it out"
+    if name.startswith(("_", ".")):
+        if size == 0 or name.endswith(SIDE_FILE_SUFFIXES):
+            return ""
+        return ("starts with '_' or '.', a name Spark's file reader skips, so its records would be lost: rename it "
+                f"(e.g. {name.lstrip('_.') or 'data.csv'})")
+    lower = name.lower()
+    if lower.endswith(".csv"):
+        return None
+    for suffix in COMPRESSIONS:
+        if lower.endswith(".csv" + suffix):
+            if name.endswith(suffix):
+                return None
+            return (f"ends in {name[-len(suffix):]!r}: Hadoop picks the decompressor by the lower-case suffix, so it "
+                    f"would be read as plain text: rename it to end in {suffix!r}")
+    return ("is not a CSV file ingest reads (*.csv, *.csv.gz, *.csv.bz2; 'csv' in any case): move it out of the "
+            "folder, or convert it")
+
+
 def find_csv_files(spark: SparkSession, input: str, dataset: str) -> list[str]:
-    """The dataset's ``*.csv`` / ``*.csv.gz`` files (Hadoop file system, so local, HDFS and object stores work)."""
+    """The dataset's CSV files (Hadoop file system, so local, HDFS and object stores work); any other file in the
+    folder is refused (``input_verdict``), before anything is read."""
     jvm, root, fs = _hadoop_fs(spark, input)
     if not fs.exists(root):
         raise UserError(f"input folder {input} does not exist: pass --input the folder the generate stage "
                         f"wrote (it holds customers/ and events/)")
     folder = jvm.org.apache.hadoop.fs.Path(root, dataset)
     statuses = fs.listStatus(folder) if fs.exists(folder) else []
-    paths = sorted(s.getPath().toString() for s in statuses
-                   if s.isFile() and s.getPath().getName().endswith((".csv", ".csv.gz")))
+    paths = []
+    for st in sorted(statuses, key=lambda st: st.getPath().getName()):
+        verdict = input_verdict(st.getPath().getName(), st.getLen(), st.isFile())
+        if verdict is None:
+            paths.append(st.getPath().toString())
+        elif verdict:
+            raise UserError(f"{st.getPath().toString()} {verdict}")
     if not paths:
-        raise UserError(f"no {dataset} CSV files (*.csv or *.csv.gz) in {input}/{dataset}: pass --input the "
-                        f"folder the generate stage wrote, or put the {dataset} files there")
+        raise UserError(f"no {dataset} CSV files (*.csv, *.csv.gz or *.csv.bz2) in {input}/{dataset}: pass --input "
+                        f"the folder the generate stage wrote, or put the {dataset} files there")
     return paths
 
 
@@ -127,13 +213,18 @@ def check_headers(spark: SparkSession, paths: list[str], columns: tuple[str, ...
     """Every file must start with the contract's header: the schema is applied by position, so a file with
     other or reordered columns would load silently into the wrong columns."""
     for path in paths:
-        line = first_line(spark, path)
-        got = tuple(f.strip().strip('"') for f in (line or "").lstrip("\ufeff").rstrip("\r").split(","))
-        if got != columns:
-            raise UserError(
-                f"{path}: header {line!r} does not match the contract columns {','.join(columns)}: "
-                f"write the file with that header line (jobs/lake/contract.py), or move it out of the input folder"
-            )
+        check_header(path, first_line(spark, path), columns)
+
+
+def check_header(path: str, line: str | None, columns: tuple[str, ...]) -> None:
+    """``line``, the first of the file at ``path`` (None: the file is empty, so no header and no records)."""
+    if line is None:
+        return
+    got = tuple(f.strip().strip('"') for f in line.lstrip("\ufeff").rstrip("\r").split(","))
+    if got != columns:
+        raise UserError(f"{path}: header {line!r} does not match the contract columns {','.join(columns)}: "
+                        f"write the file with that header line (jobs/lake/contract.py), or move it out of the "
+                        f"input folder")
 
 
 def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
@@ -206,26 +297,66 @@ def with_record_number(df: DataFrame) -> DataFrame:
                      F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
 
 
+def swallowed_records(columns: tuple[str, ...]) -> Column:
+    """Name of the first field that holds whole records, else null: a line break followed by a line with as many
+    separators as a record has, the mark of a quote opened and never closed, whose field swallowed the records
+    after it (the parser then keeps the field count right, and nothing else would notice). The pattern excludes
+    commas from its repeated parts, so it runs in linear time, and spells the repetition out (the GPU's regular
+    expressions do not repeat groups)."""
+    whole_record = r"\n[^\n,]*" + r",[^\n,]*" * (len(columns) - 1)
+    return F.coalesce(*[F.when(F.col(c).contains("\n") & F.col(c).rlike(whole_record), F.lit(c))
+                        for c in columns])
+
+
 def bronze_rows(columns: tuple[str, ...]):
     def transform(df: DataFrame) -> DataFrame:
-        return df.where(F.col(CORRUPT).isNull()).select(*columns, *LINEAGE)
+        return (df.where(F.col(CORRUPT).isNull() & swallowed_records(columns).isNull())
+                .select(*columns, *LINEAGE, record_lines(columns).alias("record_lines")))
     return transform
 
 
-def wrong_field_count_rows(dataset: str):
-    """Malformed records in quarantine shape, raw text exactly as Spark read it."""
-    expected = len(DATASETS[dataset])
+LINE_BREAK = r"\r\n|\r|\n"   # as Spark's text reader splits lines
+
+
+def line_breaks(c: Column) -> Column:
+    """Line breaks in a string (0 for null)."""
+    return F.greatest(F.size(F.split(c, LINE_BREAK)) - 1, F.lit(0))
+
+
+def record_lines(columns: tuple[str, ...]) -> Column:
+    """Physical lines of the input the record spans: 1 + the line breaks inside its (quoted) fields; the breaks
+    are counted only in records that have one (most have none)."""
+    has_break = reduce(lambda a, b: a | b, [F.col(c).contains("\n") | F.col(c).contains("\r") for c in columns])
+    return F.when(has_break, F.lit(1) + reduce(lambda a, b: a + b, [line_breaks(F.col(c)) for c in columns])) \
+        .otherwise(F.lit(1))
+
+
+def as_csv(columns: tuple[str, ...]) -> Column:
+    """The parsed fields written back as one CSV record (every field quoted, quotes doubled, nulls empty)."""
+    return F.concat_ws(",", *[F.when(F.col(c).isNull(), F.lit(""))
+                              .otherwise(F.concat(F.lit('"'), F.regexp_replace(c, '"', '""'), F.lit('"')))
+                              for c in columns])
+
+
+def quarantine_rows(dataset: str):
+    """Malformed records in quarantine shape: a wrong field count with the raw text exactly as Spark read it; a
+    field that swallowed whole records (``swallowed_records``) with the fields written back as CSV."""
+    columns = DATASETS[dataset]
+    expected = len(columns)
 
     def transform(df: DataFrame) -> DataFrame:
-        return df.where(F.col(CORRUPT).isNotNull()).select(
-            F.lit(dataset).alias("dataset"),
-            F.lit(STAGE.name).alias("stage"),
-            "source_file",
-            "record_number",
-            F.col(CORRUPT).alias("raw"),
-            F.lit("wrong_field_count").alias("reason"),
-            F.lit(f"expected {expected} fields").alias("detail"),
-        ).select(*QUARANTINE_COLUMNS)
+        swallowed = swallowed_records(columns)
+        return (df.select("*", swallowed.alias("_swallowed"))
+                .where(F.col(CORRUPT).isNotNull() | F.col("_swallowed").isNotNull())
+                .select(F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), "source_file",
+                        "record_number",
+                        F.coalesce(F.col(CORRUPT), as_csv(columns)).alias("raw"),
+                        F.when(F.col(CORRUPT).isNotNull(), F.lit("wrong_field_count"))
+                        .otherwise(F.lit("unclosed_quote")).alias("reason"),
+                        F.when(F.col(CORRUPT).isNotNull(), F.lit(f"expected {expected} fields"))
+                        .otherwise(F.concat(F.col("_swallowed"), F.lit(" holds whole records: a quote opened there "
+                                                                        "is never closed"))).alias("detail"))
+                .select(*QUARANTINE_COLUMNS))
     return transform
 
 
@@ -289,6 +420,66 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
     return {**{ds: totals[ds]["bronze"] for ds in DATASETS},
             "quarantined": sum(t["quarantined"] for t in totals.values()),
             "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The independent count: each file's physical lines, from Spark's text reader, against the lines its parsed
+# records span. It does not trust the CSV parser: a record the parser dropped or merged shows up here.
+# ---------------------------------------------------------------------------------------------------------
+def physical_lines(spark: SparkSession, files: dict[str, list[str]]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(dataset, file name) -> (lines, blank lines), as the text reader splits each file (one aggregated row a
+    file comes back)."""
+    out = {}
+    for ds, paths in files.items():
+        text = spark.read.text(paths).select(F.col("_metadata.file_name").alias("source_file"), "value")
+        for r in (text.groupBy("source_file")
+                  .agg(F.count(F.lit(1)).alias("lines"), F.count(F.when(F.col("value") == "", 1)).alias("blank"))
+                  .collect()):  # one row per input file
+            out[(ds, r["source_file"])] = (r["lines"], r["blank"])
+    return out
+
+
+def line_breaks_by_file(spark: SparkSession, lake: str, versions: dict[str, int]) -> dict[tuple[str, str], int]:
+    """(dataset, file name) -> line breaks inside the file's records: bronze's ``record_lines`` (a scan of two narrow
+    columns) and the quarantined records' raw text. A field swallowed by a quote that never closes runs to the end
+    of its file, so its last line break is the file's own, which the text reader does not count as a line."""
+    out: dict[tuple[str, str], int] = {}
+    for ds in DATASETS:
+        b, _ = delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])
+        for r in (b.where(F.col("record_lines") > 1).groupBy("source_file")
+                  .agg(F.sum(F.col("record_lines") - 1).alias("breaks")).collect()):  # one row per input file
+            out[(ds, r["source_file"])] = int(r["breaks"])
+    q, _ = delta_io.read_table(spark, lake, "quarantine", versions["quarantine"])
+    trailing = (F.col("reason") == "unclosed_quote") & F.col("raw").rlike('[\r\n]"$')
+    for r in (q.where(F.col("stage") == STAGE.name)
+              .groupBy("dataset", "source_file")
+              .agg(F.sum(line_breaks(F.col("raw")) - F.when(trailing, 1).otherwise(0)).alias("breaks"))
+              .collect()):  # one row per input file with quarantined records
+        key = (r["dataset"], r["source_file"])
+        out[key] = out.get(key, 0) + int(r["breaks"])
+    return out
+
+
+def reconciled(files: dict, breaks: dict[tuple[str, str], int], physical: dict[tuple[str, str], tuple[int, int]],
+               sizes: dict[str, dict[str, int]]) -> dict:
+    """Per dataset and file: bytes, physical lines and blank lines; every line must be the header, a line of a
+    record (kept or quarantined), or a blank line the parser skips. Else the file was read differently from its
+    lines, and records may be lost: the stage fails naming the file."""
+    out: dict = {}
+    for ds, per_file in files.items():
+        mine = out.setdefault(ds, {"files": {}, "bytes": 0, "lines": 0})
+        for name, f in per_file.items():
+            lines, blank = physical.get((ds, name), (0, 0))
+            explained = (1 if lines else 0) + f["records"] + breaks.get((ds, name), 0)
+            if not 0 <= lines - explained <= blank:
+                raise UserError(
+                    f"{ds} file {name}: {lines:,} lines ({blank:,} blank), but its header and {f['records']:,} "
+                    f"parsed records span {explained:,}: the CSV parser read it differently from its lines, so "
+                    f"records may be lost; check the file's quoting and line endings (nothing was kept)")
+            mine["files"][name] = {"bytes": sizes[ds].get(name, 0), "lines": lines, "blank_lines": blank}
+            mine["bytes"] += sizes[ds].get(name, 0)
+            mine["lines"] += lines
+    return out
 
 
 def file_name(spark: SparkSession, path: str) -> str:

@@ -78,7 +78,7 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
         "tables": tables,
         "quarantine": quarantine,
         "quality": quality_table(manifest, quarantine, stages.get("clean")) if manifest else [],
-        "accounting": accounting(manifest, tables, quarantine, stages.get("clean")) if manifest else {},
+        "accounting": accounting(manifest, tables, quarantine, stages.get("ingest"), stages.get("clean")),
         "manifest_churn": (manifest or {}).get("churn", {}),
         "model": run_json or {},
     }
@@ -113,15 +113,27 @@ def quality_table(manifest: dict, quarantine: dict, clean: dict | None) -> list[
     return rows
 
 
-def accounting(manifest: dict, tables: dict, quarantine: dict, clean: dict | None) -> dict:
+def accounting(manifest: dict | None, tables: dict, quarantine: dict, ingest: dict | None,
+               clean: dict | None) -> dict:
+    """Per dataset: the input's bytes and physical lines (counted apart from the CSV parser, and reconciled with the
+    records by ingest), records in (ingest's count per file, each file's records numbered 0..n-1 with none
+    missing), kept in silver, quarantined, removed as duplicates, and whether they balance; beside the records in,
+    the generator's own count when the input came with its manifest (it must agree)."""
+    if ingest is None:
+        return {}
     dup_removed = duplicates_removed(clean)
     out = {}
-    for ds, info in manifest["datasets"].items():
+    for ds, totals in ingest["counts"]["totals"].items():
+        records_in = totals["records"]
+        generated = manifest["datasets"][ds]["records"] if manifest else None
         kept = tables.get(f"silver_{ds}", {}).get("rows", 0)
         quarantined = sum(quarantine.get(ds, {}).values())
-        dups = dup_removed.get(ds, 0)
-        out[ds] = {"records_in": info["records"], "kept": kept, "quarantined": quarantined,
-                   "duplicates_removed": dups, "balanced": info["records"] == kept + quarantined + (dups or 0)}
+        dups = dup_removed.get(ds, 0) or 0
+        physical = ingest["counts"].get("input", {}).get(ds, {})
+        out[ds] = {"files": len(ingest["counts"]["files"][ds]), "bytes": physical.get("bytes"),
+                   "lines": physical.get("lines"), "records_in": records_in, "generated": generated,
+                   "kept": kept, "quarantined": quarantined, "duplicates_removed": dups,
+                   "balanced": records_in == kept + quarantined + dups and generated in (None, records_in)}
     return out
 
 
@@ -234,11 +246,21 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
             caught = "" if r["caught"] is None else f"{r['caught']:,}"
             lines.append(f"| {r['dataset']} | {r['defect']} | {r['injected']:,} | {caught} | {r['went_to']} | "
                          f"{'ok' if r['ok'] else '**MISMATCH**'} |")
-        lines += ["", "| dataset | records in | kept (silver) | quarantined | duplicates removed | balanced |",
-                  "| --- | ---: | ---: | ---: | ---: | --- |"]
+
+    if f["accounting"]:
+        lines += ["", "## Row accounting", "",
+                  "Every input record: records in (counted per file by ingest, whose every physical line is the "
+                  "header, a line of a record or a blank line; the generator's count beside it when the input has "
+                  "its manifest) = kept + quarantined + duplicates removed.", "",
+                  "| dataset | files | bytes | lines | records in | generated | kept (silver) | quarantined | "
+                  "duplicates removed | balanced |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for ds, a in f["accounting"].items():
-            lines.append(f"| {ds} | {a['records_in']:,} | {a['kept']:,} | {a['quarantined']:,} | "
-                         f"{a['duplicates_removed'] or 0:,} | {'yes' if a['balanced'] else '**NO**'} |")
+            generated = "" if a["generated"] is None else f"{a['generated']:,}"
+            size = "" if a["bytes"] is None else f"{a['bytes']:,}"
+            count = "" if a["lines"] is None else f"{a['lines']:,}"
+            lines.append(f"| {ds} | {a['files']:,} | {size} | {count} | {a['records_in']:,} | {generated} | {a['kept']:,} | "
+                         f"{a['quarantined']:,} | {a['duplicates_removed']:,} | "
+                         f"{'yes' if a['balanced'] else '**NO**'} |")
     lines += ["", "## Delta tables", "", "| table | version | rows | path |", "| --- | ---: | ---: | --- |"]
     for name, t in f["tables"].items():
         lines.append(f"| {name} | {t['version']} | {t['rows']:,} | `{t['path']}` |")

@@ -144,7 +144,8 @@ def test_ingest_reads_bronze_counts_from_its_commit_and_they_match_a_scan(spark,
 
     monkeypatch.setattr(ingest, "bronze_counts_from_commit", lambda *a: None)   # force the scan
     assert ingest.accounting(spark, lake, record.wrote, {ds: [f"{inp}/{ds}/{n}" for n in files]
-                             for ds, files in record.counts["files"].items()}) == record.counts
+                             for ds, files in record.counts["files"].items()}) == {
+        k: v for k, v in record.counts.items() if k != "input"}   # "input": the independent count, apart
 
 
 def test_ingest_accounts_for_files_with_long_or_unusual_names(spark, tmp_path):
@@ -174,7 +175,7 @@ def test_ingest_missing_folder_is_a_user_error_and_writes_nothing(spark, tmp_pat
     with pytest.raises(UserError, match="does not exist: pass --input"):
         ingest.run(spark, str(tmp_path / "nowhere"), str(lake))
     (tmp_path / "in" / "customers").mkdir(parents=True)
-    with pytest.raises(UserError, match=r"no customers CSV files \(\*.csv or \*.csv.gz\)"):
+    with pytest.raises(UserError, match=r"no customers CSV files \(\*.csv, \*.csv.gz or \*.csv.bz2\)"):
         ingest.run(spark, str(tmp_path / "in"), str(lake))
     assert not lake.exists()
 
@@ -201,3 +202,129 @@ def test_ingest_runs_with_the_plugins_sql_off_where_the_gpu_profile_says_so(spar
     record = ingest.run(spark, inp, str(tmp_path / "lake"))
     assert record.counts["totals"]["customers"]["bronze"] == 1
     assert spark.conf.get("spark.rapids.sql.enabled", None) is None
+
+
+GOOD_EVENTS = EVENTS_HEADER + "\n" + "".join(f"E{i},C1,2026-01-01 00:00:00,charge,1.00,web,n{i}\n" for i in range(3))
+
+
+@pytest.mark.parametrize("name, why", [
+    ("_part-00001.csv", "starts with '_' or '.'"),      # Spark's file index would skip it, records and all
+    (".events-00001.csv", "starts with '_' or '.'"),
+    ("events-00001.csv.GZ", "rename it to end in '.gz'"),
+    ("events-00001.txt", "is not a CSV file ingest reads"),
+    ("events-00001.csv.zip", "is not a CSV file ingest reads"),
+])
+def test_a_file_ingest_would_not_read_is_refused_with_one_line_and_nothing_is_written(spark, tmp_path, name, why):
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS, name: GOOD_EVENTS})
+    with pytest.raises(UserError, match=why) as e:
+        ingest.run(spark, inp, str(tmp_path / "lake"))
+    assert name in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "lake").exists()
+
+
+def test_upper_case_bzip2_gzip_and_empty_files_are_read_and_side_files_left_aside(spark, tmp_path):
+    import bz2
+    import gzip
+
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.CSV": GOOD_EVENTS, "events-00004.csv": ""})
+    events = tmp_path / "in" / "events"
+    (events / "events-00001.csv.bz2").write_bytes(bz2.compress(GOOD_EVENTS.encode()))
+    (events / "events-00002.Csv.gz").write_bytes(gzip.compress(GOOD_EVENTS.encode()))
+    (events / "_SUCCESS").write_text("")                           # Spark's marker: no records
+    (events / ".events-00000.CSV.crc").write_bytes(b"\x00crc")      # Hadoop's checksum of a file beside it
+    record = ingest.run(spark, inp, str(tmp_path / "lake"))
+    assert record.counts["files"]["events"] == {
+        "events-00000.CSV": {"records": 3, "bronze": 3, "quarantined": 0},
+        "events-00001.csv.bz2": {"records": 3, "bronze": 3, "quarantined": 0},
+        "events-00002.Csv.gz": {"records": 3, "bronze": 3, "quarantined": 0},
+        "events-00004.csv": {"records": 0, "bronze": 0, "quarantined": 0},
+    }
+
+
+def test_a_quote_that_never_closes_sends_its_record_and_the_ones_it_swallowed_to_quarantine(spark, tmp_path):
+    swallowed = "".join(f"E{i},C1,2026-01-02 00:00:00,usage,2.00,app,n{i}\n" for i in range(3, 17))
+    events = (EVENTS_HEADER + "\n"
+              'E1,C1,2026-01-01 00:00:00,charge,1.00,web,"a note\nover two lines"\n'   # a quoted newline: fine
+              'E2,C1,2026-01-01 00:00:00,charge,1.00,web,"opens a quote\n'               # never closed
+              + swallowed)
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": events})
+    lake = str(tmp_path / "lake")
+    record = ingest.run(spark, inp, lake)
+
+    bronze = spark.read.format("delta").load(f"{lake}/bronze/events")
+    assert [r["event_id"] for r in bronze.collect()] == ["E1"]
+    q = spark.read.format("delta").load(f"{lake}/quarantine").collect()
+    assert [(r["record_number"], r["reason"], r["detail"]) for r in q] == [
+        (1, "unclosed_quote", "note holds whole records: a quote opened there is never closed")]
+    assert q[0]["raw"].startswith('"E2","C1",') and "E16,C1,2026-01-02 00:00:00,usage,2.00,app,n16" in q[0]["raw"]
+    assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 2, "bronze": 1, "quarantined": 1}
+
+
+def test_a_corrupt_file_ends_with_one_line_naming_it_and_every_table_as_it_was(spark, tmp_path, capsys):
+    import gzip
+
+    from jobs.lake import delta_io
+    from jobs.run import runner
+
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    big = EVENTS_HEADER + "\n" + "".join(f"E{i},C1,2026-01-01 00:00:00,charge,1.00,web,n{i}\n" for i in range(20000))
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS})
+    lake = str(tmp_path / "lake")
+    assert runner.main(["ingest", "--input", inp, "--lake", lake]) == 0
+    before = {t: delta_io.committed_version(spark, delta_io.table_path(lake, t)) for t in ingest.STAGE.writes}
+
+    data = gzip.compress(big.encode())
+    (tmp_path / "in" / "events" / "events-00001.csv.gz").write_bytes(data[: len(data) // 2])  # cut short
+    capsys.readouterr()
+    assert runner.main(["ingest", "--input", inp, "--lake", lake]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "events-00001.csv.gz is a truncated or corrupt compressed file" in err[0], err
+    for table, version in before.items():   # each table is back to its rows of before (restored or untouched)
+        now = spark.read.format("delta").load(delta_io.table_path(lake, table))
+        then = spark.read.format("delta").option("versionAsOf", version).load(delta_io.table_path(lake, table))
+        assert sorted(now.collect()) == sorted(then.collect()), table
+    assert spark.read.format("delta").load(delta_io.table_path(lake, "bronze_events")).count() == 3
+
+
+def test_a_record_past_the_parsers_column_limit_ends_with_one_line_and_nothing_written(spark, tmp_path, capsys):
+    from jobs.run import runner
+
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS + ",".join(["x"] * 30001) + "\n"})
+    lake = tmp_path / "lake"
+    assert runner.main(["ingest", "--input", inp, "--lake", str(lake)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "events-00000.csv holds a record with more fields than the CSV parser" in err[0], err
+    assert not [p for p in lake.rglob("_delta_log")], "no table may be left behind"
+
+
+def test_the_independent_count_explains_every_physical_line_of_every_file(spark, tmp_path):
+    events = (EVENTS_HEADER + "\r\n"
+              'E1,C1,2026-01-01 00:00:00,charge,1.00,web,"two\r\nlines"\r\n'   # CRLF, one inside quotes
+              "\r\n"                                                          # a blank line: skipped by the parser
+              "E2,C1,2026-01-01 00:00:00,charge,1.00,web\r\n"                  # short: quarantined
+              'E3,C1,2026-01-01 00:00:00,usage,2.00,app,"a\n\nb"\n')          # a blank line inside quotes
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": events})
+    record = ingest.run(spark, inp, str(tmp_path / "lake"))
+    assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 3, "bronze": 2, "quarantined": 1}
+    assert record.counts["input"]["events"] == {
+        "files": {"events-00000.csv": {"bytes": len(events.encode()), "lines": 8, "blank_lines": 2}},
+        "bytes": len(events.encode()), "lines": 8}
+    assert record.counts["input"]["customers"]["lines"] == 2
+
+
+def test_lines_the_parsed_records_do_not_explain_stop_the_stage_naming_the_file():
+    files = {"events": {"a.csv": {"records": 2}, "b.csv": {"records": 2}}}
+    sizes = {"events": {"a.csv": 100, "b.csv": 100}}
+    # a.csv: header + 2 one-line records + 1 blank line; b.csv: 6 lines for a header and 2 records, 1 blank.
+    physical = {("events", "a.csv"): (4, 1), ("events", "b.csv"): (6, 1)}
+    with pytest.raises(UserError, match=r"events file b\.csv: 6 lines \(1 blank\), but its header and 2 parsed "
+                                        r"records span 3: .*records may be lost"):
+        ingest.reconciled(files, {}, physical, sizes)
+    # The same six lines are explained when one record spans three of them (two quoted line breaks).
+    got = ingest.reconciled(files, {("events", "b.csv"): 2}, physical, sizes)
+    assert got["events"]["files"]["b.csv"] == {"bytes": 100, "lines": 6, "blank_lines": 1}
