@@ -32,6 +32,37 @@ def version(spark: SparkSession, path: str) -> int:
     return int(DeltaTable.forPath(spark, path).history(1).select("version").first()["version"])
 
 
+def committed_version(spark: SparkSession, path: str) -> int | None:
+    """The newest commit file's version in the table's log, from a listing (no Spark job); None: no table."""
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
+    fs = log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(log):
+        return None
+    names = [st.getPath().getName() for st in fs.listStatus(log)]
+    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+    return max(versions) if versions else None
+
+
+def folder_exists(spark: SparkSession, path: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return bool(p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(p))
+
+
+def restore(spark: SparkSession, path: str, version: int | None) -> None:
+    """The table at ``path`` put back to ``version`` (its rows as they were then, as a new commit); ``None``
+    removes what is at ``path`` (the table did not exist: only files of an uncommitted write can be there)."""
+    if version is None:
+        jvm = spark.sparkContext._jvm
+        p = jvm.org.apache.hadoop.fs.Path(path)
+        p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(p, True)
+        return
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, path).restoreToVersion(version)
+
+
 def exists(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 

@@ -19,43 +19,66 @@ T = TypeVar("T")
 
 
 def get_spark(app_name: str) -> SparkSession:
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    try:
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+    except Exception as e:  # py4j's error from the JVM: the context could not start
+        raise UserError(start_failure(e)) from None
     preload_gpu_libraries(spark)
-    wait_for_gpu_executors(spark)
+    wait_for_executors(spark)
     return spark
 
 
-GPU_EXECUTOR_WAIT_KEY = "spark.churn.gpu.executorWaitSeconds"
-DEFAULT_GPU_EXECUTOR_WAIT_S = 600
+MASTER_UNREACHABLE = ("the Spark master could not be reached (Spark gave up registering the application after "
+                      "its retries): start it, or pass --master the URL its log prints (spark://HOST:PORT)")
 
 
-def wait_for_gpu_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
-    """Where the profile asks each executor for GPUs on a cluster, waits until one executor has registered, and
-    stops with one message naming the cause and the fix if none has within ``spark.churn.gpu.executorWaitSeconds``
-    (default 600; 0 waits as long as Spark does, i.e. for ever).
+def start_failure(error: Exception) -> str:
+    text = str(error)
+    if any(mark in text for mark in ("All masters are unresponsive", "Could not connect to", "Failed to connect",
+                                     "Cannot call methods on a stopped SparkContext")):
+        return MASTER_UNREACHABLE
+    return f"Spark could not start ({text.strip().splitlines()[0][:300]}): check --master and the profile's settings"
 
-    A cluster with no free GPU never starts such an executor: Spark itself only logs "Initial job has not accepted
-    any resources" every 15 s and the job waits for ever, before its first task. Not checked in local mode (the
-    launcher checks the machine's GPU), nor with dynamic allocation (executors then start only once tasks wait)."""
+
+EXECUTOR_WAIT_KEY = "spark.churn.executorWaitSeconds"
+DEFAULT_EXECUTOR_WAIT_S = 600
+
+
+def wait_for_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
+    """On a cluster, waits until one executor has registered, and stops with one message naming the cause and the
+    fix if none has within ``spark.churn.executorWaitSeconds`` (default 600; 0 waits as long as Spark does, i.e.
+    for ever).
+
+    A cluster that cannot grant the executor the profile asks for (its GPU, or its cores and memory: a worker
+    smaller than the executor) never starts one: Spark itself only logs "Initial job has not accepted any
+    resources" every 15 s and the job waits for ever, before its first task. Not checked in local mode, nor with
+    dynamic allocation (executors then start only once tasks wait)."""
     conf = spark.sparkContext.getConf()
-    amount = conf.get("spark.executor.resource.gpu.amount", "0") or "0"
-    if (float(amount) <= 0 or spark.sparkContext._jsc.sc().isLocal()
-            or conf_flag(spark, "spark.dynamicAllocation.enabled", False)):
+    if spark.sparkContext._jsc.sc().isLocal() or conf_flag(spark, "spark.dynamicAllocation.enabled", False):
         return
-    raw = conf.get(GPU_EXECUTOR_WAIT_KEY, str(DEFAULT_GPU_EXECUTOR_WAIT_S))
+    raw = conf.get(EXECUTOR_WAIT_KEY, str(DEFAULT_EXECUTOR_WAIT_S))
     try:
         limit = float(raw)
     except ValueError:
-        raise UserError(f"{GPU_EXECUTOR_WAIT_KEY}={raw!r} is not a number of seconds: set it in the profile "
+        raise UserError(f"{EXECUTOR_WAIT_KEY}={raw!r} is not a number of seconds: set it in the profile "
                         f"or with --conf (0 waits for ever)") from None
     deadline = time.monotonic() + limit
     while registered_executors(spark) < 1:
+        if spark.sparkContext._jsc.sc().isStopped():  # a standalone master that never answered: Spark gave up
+            raise UserError(f"{MASTER_UNREACHABLE} ({spark.sparkContext.master})")
         if limit > 0 and time.monotonic() > deadline:
+            gpus = float(conf.get("spark.executor.resource.gpu.amount", "0") or "0")
+            asked = (f"{conf.get('spark.executor.cores', '1')} cores, "
+                     f"{conf.get('spark.executor.memory', '1g')} of memory"
+                     + (f" and {gpus:g} GPU (spark.executor.resource.gpu.amount)" if gpus > 0 else ""))
+            fix = ("start the workers with GPUs (spark.worker.resource.gpu.amount and a discovery script; README, "
+                   "'On a cluster'), free them, or use --profile cpu" if gpus > 0 else
+                   "give the workers more (--cores, --memory), ask for less (--conf spark.executor.cores=..., "
+                   "spark.executor.memory=...), or free the cluster")
             raise UserError(
                 f"no executor started on {spark.sparkContext.master} within {limit:g} s: the profile asks each "
-                f"executor for {amount} GPU (spark.executor.resource.gpu.amount) and the cluster has none free. "
-                f"Start the workers with GPUs (spark.worker.resource.gpu.amount and a discovery script; README, "
-                f"'On a cluster'), free them, or use --profile cpu; {GPU_EXECUTOR_WAIT_KEY} sets how long to wait")
+                f"executor for {asked} and no worker has that free: {fix}; {EXECUTOR_WAIT_KEY} sets how long to "
+                f"wait")
         time.sleep(poll_s)
 
 

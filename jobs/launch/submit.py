@@ -22,7 +22,8 @@ import zipfile
 from pathlib import Path
 
 from jobs.core.errors import UserError
-from jobs.launch import jars, profiles
+from jobs.lake import lock
+from jobs.launch import jars, profiles, settings
 from jobs.run import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,12 +99,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
             "Use --profile cpu, or --profile gpu-explain to see what would run on a GPU, "
             "or submit to a cluster with GPU executors (--master)."
         )
-    props = for_master(props, master)
-    for kv in extra_conf:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            raise SubmitError(f"--conf {kv!r} is not key=value")
-        props[key] = value
+    props = settings.check(for_master(props, master), extra_conf)
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
     spark_submit = spark_home() / "bin" / "spark-submit"
@@ -155,6 +151,11 @@ def pipeline_main(argv: list[str] | None = None) -> int:
         return 0
     try:
         args = runner.job("pipeline").parse(rest)
+    except UserError as e:
+        print(f"pipeline: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        lock.check_free(runner.output_folder(runner.job("pipeline"), args))  # the driver takes it; say so early
     except UserError as e:
         print(f"pipeline: error: {e}", file=sys.stderr)
         return 2

@@ -17,14 +17,32 @@ from jobs.core.errors import UserError
 from jobs.core.params import AS_OF
 from jobs.core.stage import Param, parse_args, parser_for
 from jobs.ml import estimators
+from jobs.lake.contract import DATASETS
+from jobs.stages.ingest import check_header, input_verdict
 
 OWN = (
     Param("out", "output folder", default="runs/latest"),
     Param("input", "existing CSV folder (customers/, events/): skips generate", default=None),
     AS_OF.but(default=None, help=AS_OF.help + f" (default: the input's manifest.json, else {AS_OF.default})"),
 )
+# Below this, the test and validation parts (15% each) may hold no churner at all, and train stops on them.
+MIN_CUSTOMERS = 500
 # Stage parameters the pipeline sets itself, from its output folder and from earlier stages.
 DERIVED = ("data", "lake", "models_dir", "manifest", "model", "run_id", "out", "overwrite")
+
+
+def first_line(path: Path) -> str | None:
+    """The first line of a local CSV file, decompressed as Hadoop would by its suffix (None: empty)."""
+    import bz2
+    import gzip
+
+    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix, open)
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace", newline="") as f:
+            line = f.readline()
+    except (OSError, EOFError) as e:
+        raise UserError(f"{path} cannot be read ({e}): export it again, or move it out of the input folder") from None
+    return line.rstrip("\n") or None
 
 
 class Pipeline:
@@ -61,9 +79,17 @@ class Pipeline:
                 raise UserError(f"--input {args['input']}: no such folder; point it at a folder holding customers/ "
                                 "and events/ CSV files, or leave it out to generate data")
             for ds in ("customers", "events"):
-                if not any((src / ds).glob("*.csv*")):
+                read = 0
+                for f in sorted((src / ds).iterdir()) if (src / ds).is_dir() else []:
+                    verdict = input_verdict(f.name, f.stat().st_size if f.is_file() else 0, f.is_file())
+                    if verdict:
+                        raise UserError(f"{f} {verdict}")
+                    if verdict is None:
+                        check_header(str(f), first_line(f), DATASETS[ds])
+                        read += 1
+                if not read:
                     raise UserError(f"--input {args['input']}: no CSV files in {src / ds}; expected "
-                                    f"{src}/customers/*.csv and {src}/events/*.csv (optionally .gz)")
+                                    f"{src}/customers/*.csv and {src}/events/*.csv (or .csv.gz, .csv.bz2)")
             if args["as_of"] is None:
                 manifest = src / "manifest.json"
                 if not manifest.is_file():
@@ -84,6 +110,10 @@ class Pipeline:
         data = self.layout(args)["data"]
         if args["input"] is None:
             stages.stage("generate").check(self.stage_args("generate", args, self.layout(args)))
+            if args["customers"] < MIN_CUSTOMERS:
+                raise UserError(f"--customers {args['customers']}: the pipeline needs at least {MIN_CUSTOMERS} "
+                                "customers, so that each of train, validation and test holds churners and stayers "
+                                "(scripts/submit generate makes smaller data sets)")
             if (Path(data) / "manifest.json").exists():
                 # Regenerating over old data would mix two datasets' files; the lake is rebuilt idempotently anyway.
                 raise UserError(f"{data} already holds generated data: pass --input {data} to reuse it, "
@@ -107,6 +137,9 @@ class Pipeline:
         spark = runner.spark
         ui = spark.sparkContext.uiWebUrl
         runner.line(f"Spark {spark.version}, master {spark.sparkContext.master}" + (f", UI at {ui}" if ui else ""))
+        # The stage records of an earlier run that stopped part-way must not pass for this run's in the report.
+        for old in Path(self.layout(args)["lake"], "_stages").glob("*.json"):
+            old.unlink()
         outputs: dict = {}
         for name in self.names:
             if name == "generate" and args["input"] is not None:

@@ -13,7 +13,7 @@ import time
 from jobs import stages
 from jobs.core.errors import UserError
 from jobs.core.stage import Stage, StageRecord
-from jobs.lake import plans
+from jobs.lake import delta_io, lock, plans
 
 
 def jobs() -> dict:
@@ -49,20 +49,49 @@ class Runner:
         print(f"[churn {time.perf_counter() - self.t0:7.1f}s] {text}", flush=True)
 
     def run(self, stage: Stage, args: dict, lake: str | None = None) -> StageRecord:
-        """Runs ``stage`` with ``args``; its record is saved in ``lake`` (default: the stage's own lake, if any)."""
+        """Runs ``stage`` with ``args``; its record is saved in ``lake`` (default: the stage's own lake, if any).
+
+        A stage is atomic as a whole: if it fails, every table it writes is put back as it was before it started
+        (a table it created is removed, one it changed restored to its earlier version), so a stage that wrote
+        one table of two leaves neither half-written."""
         self.spark.sparkContext.setJobGroup(stage.name, f"stage {stage.name}")
         self.line(f"{stage.name}: start")
         started = time.perf_counter()
-        with self.plans.stage(stage.name):
-            record = stage.work(self.spark, **stage.arguments(args))
-        record.seconds = round(time.perf_counter() - started, 2)
         lake = lake or args.get("lake")
+        before = self.versions(stage, lake)
+        try:
+            with self.plans.stage(stage.name):
+                record = stage.work(self.spark, **stage.arguments(args))
+        except BaseException:
+            self.roll_back(stage, lake, before)
+            raise
+        record.seconds = round(time.perf_counter() - started, 2)
         if lake:
             record.extra["record_path"] = record.save(lake)
         detail = stage.describe(record)
         self.line(f"{stage.name}: done in {record.seconds:.1f}s" + (f" ({detail})" if detail else ""))
         self.records[stage.name] = record
         return record
+
+    def versions(self, stage: Stage, lake: str | None) -> dict[str, int | None]:
+        """The latest committed version of each table ``stage`` writes (None: no table yet)."""
+        if not lake:
+            return {}
+        return {t: delta_io.committed_version(self.spark, delta_io.table_path(lake, t)) for t in stage.writes}
+
+    def roll_back(self, stage: Stage, lake: str | None, before: dict[str, int | None]) -> None:
+        for table, version in before.items():
+            path = delta_io.table_path(lake, table)
+            if version is not None and delta_io.committed_version(self.spark, path) == version:
+                continue
+            if version is None and not delta_io.folder_exists(self.spark, path):
+                continue
+            try:
+                delta_io.restore(self.spark, path, version)
+                self.line(f"{stage.name}: failed; {table} put back to " +
+                          ("no table" if version is None else f"version {version}"))
+            except Exception as e:  # the stage's own error matters more; say what is left
+                self.line(f"{stage.name}: failed, and {table} could not be put back ({e}): rerun the stage")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,18 +105,26 @@ def main(argv: list[str] | None = None) -> int:
         args = chosen.parse(argv[1:])
         from jobs.lake.session import get_spark
 
-        runner = Runner(get_spark(f"churn-{chosen.name}"))
-        if isinstance(chosen, Stage):
-            record = runner.run(chosen, args)
-            print(json.dumps({"stage": record.stage, "seconds": record.seconds, "read": record.read,
-                              "wrote": record.wrote, "counts": _flat(record.counts),
-                              "record": record.extra.get("record_path")}, default=str))
-        else:
-            chosen.run(runner, args)
+        with lock.held(output_folder(chosen, args), chosen.name):
+            runner = Runner(get_spark(f"churn-{chosen.name}"))
+            if isinstance(chosen, Stage):
+                record = runner.run(chosen, args)
+                print(json.dumps({"stage": record.stage, "seconds": record.seconds, "read": record.read,
+                                  "wrote": record.wrote, "counts": _flat(record.counts),
+                                  "record": record.extra.get("record_path")}, default=str))
+            else:
+                chosen.run(runner, args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def output_folder(chosen, args: dict) -> str:
+    """The folder a job writes, which one run at a time may hold (``jobs.lake.lock``): its lake, else its output."""
+    if chosen.name == "pipeline":
+        return chosen.layout(args)["lake"]
+    return args.get("lake") or args.get("out") or args["data"]
 
 
 def _flat(counts: dict) -> dict:

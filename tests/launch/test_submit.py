@@ -144,7 +144,7 @@ def test_gpu_profile_on_a_cluster_without_gpus_stops_with_one_message(standalone
     # would wait for ever before its first task.
     out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "gpu", "--master", standalone_cluster,
                           "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                          "--conf", "spark.churn.gpu.executorWaitSeconds=8",
+                          "--conf", "spark.churn.executorWaitSeconds=8",
                           "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert out.returncode == 2, out.stderr[-3000:]
@@ -155,9 +155,25 @@ def test_gpu_profile_on_a_cluster_without_gpus_stops_with_one_message(standalone
     assert not (tmp_path / "smoke").exists()  # stopped before the job wrote anything
 
 
+def test_a_cluster_too_small_for_the_cpu_profiles_executor_stops_with_one_message(standalone_cluster, tmp_path):
+    # The worker has 2 GiB: an executor of 8 GiB is never started, and Spark alone would wait for ever.
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=8g", "--conf", "spark.driver.memory=1g",
+                          "--conf", "spark.churn.executorWaitSeconds=8",
+                          "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no executor started" in errors[0] and "8g of memory" in errors[0], out.stdout[-3000:]
+    assert "give the workers more" in errors[0]
+    assert not (tmp_path / "smoke").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--profile", "turbo"], "unknown profile 'turbo'"),
     (["--customers", "0"], "--customers 0: need at least 1 customer"),
+    (["--customers", "10"], "--customers 10: the pipeline needs at least 500 customers"),
+    (["--conf", "spark.churn.clean.persit=false"], "did you mean spark.churn.clean.persist?"),
     (["--input", "/nonexistent/csv"], "--input /nonexistent/csv: no such folder"),
     (["--out", "{blocker}/out"], "is not writable"),
 ])
