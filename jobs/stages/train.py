@@ -66,8 +66,11 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None, reg
         gold, gold_version = extract(spark, lake)
     params = {"reg_params": list(reg_params), "elastic_net": list(elastic_net), "max_iter": max_iter, "tol": tol,
               "features": list(contract.FEATURES), "split": [TRAIN_BELOW, VALIDATION_BELOW]}
-    run_id = run_id or default_run_id(gold_version, params)
-    check_run_id_reuse(models_dir, run_id, gold_version, params)
+    split = gold.transform(with_split)
+    with timed(timings, "split_counts"):
+        counts, fingerprint = split_counts(split)
+    run_id = run_id or default_run_id(fingerprint, params)
+    check_run_id_reuse(models_dir, run_id, fingerprint, params)
 
     # Build every estimator before any work, so a bad parameter stops early; the back end's pre-fit check (for
     # spark-rapids-ml a probe task that also warms the Python worker the fit will use) runs beside the split
@@ -76,9 +79,6 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None, reg
         trainers = estimators_for(spark, reg_params, elastic_net, max_iter, tol)
         trainer = next(iter(trainers.values()))
         trainer.check_can_fit(wait=False)
-    split = gold.transform(with_split)
-    with timed(timings, "split_counts"):
-        counts = split_counts(split)
     with timed(timings, "check_wait"):
         trainer.check_can_fit()  # spark-rapids-ml: waits for the GPU probe's verdict
 
@@ -105,7 +105,8 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None, reg
         "params": {**params, "chosen": {"regParam": best["regParam"], "elasticNetParam": best["elasticNetParam"]}},
         "tuning": [{k: v for k, v in c.items() if k != "model"} for c in candidates],
         "threshold": threshold,
-        "gold": {"path": delta_io.table_path(lake, "gold_features"), "version": gold_version},
+        "gold": {"path": delta_io.table_path(lake, "gold_features"), "version": gold_version,
+                 "fingerprint": fingerprint},
         "split_counts": counts,
         "metrics": {"test": test_metrics,
                     "validation": {"roc_auc": best["validation_roc_auc"], "f1_at_threshold": validation_f1}},
@@ -154,12 +155,21 @@ def timed(timings: dict[str, float], name: str):
         timings[name] = round(time.time() - t0, 3)
 
 
-def split_counts(split: DataFrame) -> dict[str, int]:
-    counts = {name: n for name, n in split.groupBy("split").count().collect()}  # three rows
+def split_counts(split: DataFrame) -> tuple[dict[str, int], str]:
+    """Customers per part, and a fingerprint of who is in gold with which label (an order-free checksum of the
+    customer ids and labels), from one aggregation: a rerun on gold rebuilt from the same silver is the same run
+    whatever gold's version. The features are left out: their last bits depend on summation order, which differs
+    between engines and partitionings, and the same customers and labels must name the same run on any of them."""
+    rows = (split.groupBy("split")
+            .agg(F.count(F.lit(1)).alias("n"),
+                 F.sum(F.xxhash64(contract.ID, contract.LABEL).cast("decimal(38,0)")).alias("h"))
+            .collect())  # three rows
+    counts = {r["split"]: r["n"] for r in rows}
     if not counts.get("train") or not counts.get("validation") or not counts.get("test"):
         raise UserError(f"gold has too few customers to split into train/validation/test ({counts}): "
                         f"generate more customers")
-    return counts
+    digest = hashlib.sha256(json.dumps(sorted((r["split"], r["n"], str(r["h"])) for r in rows)).encode())
+    return counts, digest.hexdigest()[:12]
 
 
 def validated(grid: list[dict], fitted: list, validation: DataFrame) -> list[dict]:
@@ -220,23 +230,25 @@ def scored(df: DataFrame, model: estimators.FittedLogisticRegression) -> DataFra
     return df.select(F.col(contract.LABEL).alias(evaluate.LABEL), model.probability().alias(evaluate.PROBABILITY))
 
 
-def default_run_id(gold_version: int, params: dict) -> str:
-    """Same gold version and parameters -> same run id (so a re-run replaces, never duplicates)."""
+def default_run_id(fingerprint: str, params: dict) -> str:
+    """Same gold customers and labels (``split_counts``) and parameters -> same run id (so a rerun replaces, never
+    duplicates, whatever gold's version: rebuilding gold from the same silver makes a new version of the same
+    rows)."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
-    return f"gold-v{gold_version}-{digest}"
+    return f"gold-{fingerprint}-{digest}"
 
 
-def check_run_id_reuse(models_dir: str, run_id: str, gold_version: int, params: dict) -> None:
-    """A run id names one (gold version, parameters): re-running it redoes the same run, anything else is refused,
+def check_run_id_reuse(models_dir: str, run_id: str, fingerprint: str, params: dict) -> None:
+    """A run id names one (gold contents, parameters): rerunning it redoes the same run, anything else is refused,
     since its runs row would be kept (append_once) while its model was replaced."""
     previous = Path(models_dir) / run_id / "run.json"
     if not previous.is_file():
         return
     info = json.loads(previous.read_text())
     before = {k: v for k, v in info["params"].items() if k != "chosen"}
-    if before != params or info["gold"]["version"] != gold_version:
-        raise UserError(f"run id {run_id!r} already names a run with other parameters or gold version ({previous}): "
-                        f"pass a new --run-id, or leave it out to derive one from the gold version and parameters")
+    if before != params or info["gold"].get("fingerprint") != fingerprint:
+        raise UserError(f"run id {run_id!r} already names a run with other parameters or gold contents ({previous}): "
+                        f"pass a new --run-id, or leave it out to derive one from gold's contents and the parameters")
 
 
 def runs_txn(run_id: str) -> tuple[str, int]:

@@ -64,11 +64,29 @@ def test_runs_append_once_per_run_id_whatever_the_order(spark, tmp_path):
     assert sorted(r["run_id"] for r in spark.read.format("delta").load(path).collect()) == ["aaa", "zzz"]
 
 
-def test_default_run_id_depends_on_gold_version_and_params_only():
+def test_default_run_id_depends_on_gold_contents_and_params_only():
     params = {"reg_params": [0.0], "max_iter": 100}
-    assert train.default_run_id(3, params) == train.default_run_id(3, dict(params))
-    assert train.default_run_id(3, params) != train.default_run_id(4, params)
-    assert train.default_run_id(3, params) != train.default_run_id(3, {**params, "max_iter": 50})
+    assert train.default_run_id("a1b2", params) == train.default_run_id("a1b2", dict(params))
+    assert train.default_run_id("a1b2", params) != train.default_run_id("a1b3", params)
+    assert train.default_run_id("a1b2", params) != train.default_run_id("a1b2", {**params, "max_iter": 50})
+
+
+def test_rebuilding_gold_with_the_same_rows_then_training_and_scoring_again_adds_nothing(spark, tmp_path):
+    """A features rerun writes a new version of the same rows: the run id must not follow the version, or score
+    would add a second prediction per customer (and train a second runs row)."""
+    from jobs.stages import score
+    from tests.support.model_inputs import synthetic_gold
+
+    lake, models = str(tmp_path / "lake"), str(tmp_path / "models")
+    gold = synthetic_gold(spark, n=1200)
+    for _ in range(2):
+        delta_io.overwrite(gold, delta_io.table_path(lake, "gold_features"))
+        trained = train.STAGE(spark, lake, models, reg_params=(0.01,), max_iter=50)
+        score.STAGE(spark, lake, trained.extra["model_path"])
+    assert delta_io.committed_version(spark, delta_io.table_path(lake, "gold_features")) == 1
+    predictions = spark.read.format("delta").load(delta_io.table_path(lake, "predictions"))
+    assert predictions.count() == 1200 and predictions.select("customer_id").distinct().count() == 1200
+    assert spark.read.format("delta").load(delta_io.table_path(lake, "runs")).count() == 1
 
 
 def test_missing_gold_is_a_user_error(spark, tmp_path):
