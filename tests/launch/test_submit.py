@@ -188,3 +188,16 @@ def test_bad_pipeline_invocations_stop_before_writing(tmp_path, args, message):
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "run" / "lake").exists() and not (tmp_path / "run" / "data").exists()
+
+
+@pytest.mark.slow
+def test_an_unreachable_master_ends_with_one_line_once_spark_gives_up(tmp_path):
+    # Nothing listens on the port: Spark's client retries its registration for about a minute, then gives up.
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--master", f"spark://127.0.0.1:{free_port()}",
+                          "tools/smoke.py", "--out", str(tmp_path / "smoke")],
+                         capture_output=True, text=True, timeout=240, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "the Spark master could not be reached" in errors[0], (out.stdout + out.stderr)[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "smoke").exists()
