@@ -201,3 +201,44 @@ def test_an_unreachable_master_ends_with_one_line_once_spark_gives_up(tmp_path):
     assert len(errors) == 1 and "the Spark master could not be reached" in errors[0], (out.stdout + out.stderr)[-3000:]
     assert "Traceback" not in out.stdout + out.stderr
     assert not (tmp_path / "smoke").exists()
+
+
+def test_a_bad_header_in_the_input_stops_the_pipeline_before_anything_is_created(tmp_path):
+    from tests.support.etl_inputs import CUSTOMERS_HEADER, good_customer_line, write_input
+
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n",
+                      {"events-00000.csv": "event_id,oops\nE1,x\n"})
+    proc = subprocess.run([sys.executable, "-m", "jobs.launch", "pipeline", "--input", inp, "--as-of", "2026-06-30",
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=ENV)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "events-00000.csv: header 'event_id,oops' does not match" in lines[0], proc.stderr
+    assert not (tmp_path / "run" / "eventlog").exists() and not (tmp_path / "run" / "lake").exists()
+
+
+def test_the_readmes_cluster_commands_start_a_master_and_worker_from_a_plain_shell(tmp_path):
+    """The two spark-class lines of the README, run exactly as written from the repository root by a shell with
+    nothing of the project's in its environment."""
+    commands = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()
+                if ".venv/bin/spark-class org.apache.spark.deploy." in line and not line.startswith("`")]
+    assert len(commands) == 2 and "Master" in commands[0] and "Worker" in commands[1], commands
+    plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "SPARK_LOG_DIR": str(tmp_path),
+             "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    started = []
+    try:
+        for cmd, name in zip(commands, ("master", "worker")):
+            log = open(tmp_path / f"{name}.log", "w")
+            started.append(subprocess.Popen(["bash", "-c", cmd], cwd=ROOT, env=plain, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True))
+            if name == "master":
+                wait_for_port(7077)
+        deadline = time.monotonic() + 90
+        while "Successfully registered with master" not in (tmp_path / "worker.log").read_text():
+            assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-3000:]
+            assert all(p.poll() is None for p in started), (tmp_path / "master.log").read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        for p in started:
+            os.killpg(p.pid, 15)
+            p.wait(timeout=30)
