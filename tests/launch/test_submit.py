@@ -82,7 +82,9 @@ def wait_for_port(port: int, seconds: float = 60) -> None:
 def standalone_cluster(tmp_path):
     """A real Spark standalone master + one worker on 127.0.0.1, from the installed pyspark."""
     port, ui = free_port(), free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work"),
+    # spark-class finds Spark's jars through PYSPARK_PYTHON's pyspark (the README's commands set it too).
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_WORKER_DIR": str(tmp_path / "work"),
            "SPARK_LOG_DIR": str(tmp_path / "logs")}
     spark_class = str(VENV_BIN / "spark-class")
     master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -138,35 +140,33 @@ def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run(standa
             assert written == (tmp_path / "local" / dataset / name).read_bytes(), name
 
 
+def smoke_on(cluster: str, tmp_path, *options: str) -> list[str]:
+    """The smoke job submitted to ``cluster`` with ``options``, waiting 8 s for an executor: it must stop with exit
+    status 2 and write nothing; returns its error lines (spark-submit passes the driver's stderr through stdout)."""
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), *options, "--master", cluster,
+                          "--conf", "spark.driver.memory=1g", "--conf", "spark.churn.executorWaitSeconds=8",
+                          "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert not (tmp_path / "smoke").exists()  # stopped before the job wrote anything
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stdout[-3000:]
+    return errors
+
+
 @pytest.mark.slow
 def test_gpu_profile_on_a_cluster_without_gpus_stops_with_one_message(standalone_cluster, tmp_path):
     # The worker offers no GPU, so Spark never starts an executor for the gpu profile and, left alone, the job
     # would wait for ever before its first task.
-    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "gpu", "--master", standalone_cluster,
-                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                          "--conf", "spark.churn.executorWaitSeconds=8",
-                          "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-    assert out.returncode == 2, out.stderr[-3000:]
-    # spark-submit passes the Python driver's stderr on through its stdout
-    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "no executor started" in errors[0] and "within 8 s" in errors[0], out.stdout[-3000:]
-    assert "spark.worker.resource.gpu.amount" in errors[0] and "--profile cpu" in errors[0]
-    assert not (tmp_path / "smoke").exists()  # stopped before the job wrote anything
+    error, = smoke_on(standalone_cluster, tmp_path, "--profile", "gpu", "--conf", "spark.executor.memory=1g")
+    assert "no executor started" in error and "within 8 s" in error
+    assert "spark.worker.resource.gpu.amount" in error and "--profile cpu" in error
 
 
 def test_a_cluster_too_small_for_the_cpu_profiles_executor_stops_with_one_message(standalone_cluster, tmp_path):
     # The worker has 2 GiB: an executor of 8 GiB is never started, and Spark alone would wait for ever.
-    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--master", standalone_cluster,
-                          "--conf", "spark.executor.memory=8g", "--conf", "spark.driver.memory=1g",
-                          "--conf", "spark.churn.executorWaitSeconds=8",
-                          "tools/smoke.py", "--out", str(tmp_path / "smoke"), "--rows", "1000"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-    assert out.returncode == 2, out.stderr[-3000:]
-    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "no executor started" in errors[0] and "8g of memory" in errors[0], out.stdout[-3000:]
-    assert "give the workers more" in errors[0]
-    assert not (tmp_path / "smoke").exists()
+    error, = smoke_on(standalone_cluster, tmp_path, "--conf", "spark.executor.memory=8g")
+    assert "no executor started" in error and "8g of memory" in error and "give the workers more" in error
 
 
 @pytest.mark.parametrize("args, message", [
