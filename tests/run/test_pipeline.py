@@ -19,6 +19,11 @@ ENV = {**os.environ, "SKIP_SETUP": "1", "PYTHONUNBUFFERED": "1"}
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
+    # A record left by an earlier run into the same output, of a stage this run skips (it reads --input, so it
+    # does not generate): the report must not take it for this run's.
+    stale = out / "cpu" / "lake" / "_stages"
+    stale.mkdir(parents=True)
+    (stale / "generate.json").write_text(json.dumps({"stage": "generate", "seconds": 999.0, "counts": {}}))
     proc = subprocess.run(
         [str(ROOT / "scripts" / "compare-profiles"), "--profiles", "cpu,gpu-explain", "--customers", "600",
          "--out", str(out), "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=4",
@@ -73,6 +78,8 @@ def test_report_numbers_equal_the_delta_tables(compared):
     for ds, a in report["accounting"].items():
         assert a["balanced"], (ds, a)
         assert a["kept"] == report["tables"][f"silver_{ds}"]["rows"]
+        assert a["generated"] == a["records_in"] > 0 and a["lines"] > a["records_in"] and a["bytes"] > 0
+    assert "generate" not in report["timings"], "a stage record from an earlier run passed for this run's"
     assert all(r["ok"] for r in report["quality"]), [r for r in report["quality"] if not r["ok"]]
     runs = _delta(report["tables"]["runs"]["path"]).to_pyarrow_table().to_pylist()
     assert report["model"]["run_id"] in {r["run_id"] for r in runs}
