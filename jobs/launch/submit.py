@@ -135,10 +135,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # The event log also keeps, per Spark stage and executor, the peaks of the executor's memory metrics (JVM heap,
-# execution and storage memory, the resident memory of the JVM and its Python workers), sampled every 250 ms
-# rather than at each 10 s heartbeat, which short stages would slip between: jobs/run/eventlog.py reads them per
-# pipeline stage (scripts/bench-memory); the history server shows them per stage.
-MEMORY_PEAKS = ("spark.eventLog.logStageExecutorMetrics=true", "spark.executor.metrics.pollingInterval=250ms",
+# execution and storage memory, the resident memory of the JVM and its Python workers), sampled every 100 ms
+# rather than at each 10 s heartbeat, which short stages would slip between (at 250 ms a small run's score stage
+# sometimes did): jobs/run/eventlog.py reads them per pipeline stage (scripts/bench-memory); the history server
+# shows them per stage.
+MEMORY_PEAKS = ("spark.eventLog.logStageExecutorMetrics=true", "spark.executor.metrics.pollingInterval=100ms",
                 "spark.executor.processTreeMetrics.enabled=true")
 
 
@@ -162,14 +163,15 @@ def pipeline_main(argv: list[str] | None = None) -> int:
     eventlog = Path(args["out"]) / "eventlog"
     eventlog.mkdir(parents=True, exist_ok=True)
     ns.conf = [*ns.conf, "spark.eventLog.enabled=true", f"spark.eventLog.dir={eventlog.as_uri()}", *MEMORY_PEAKS]
-    return submit(ns, "pipeline", [*rest, "--out", args["out"], "--as-of", args["as_of"]], "pipeline")
+    return submit(ns, "pipeline", [*rest, "--out", args["out"], "--as-of", args["as_of"]], "pipeline", checked=True)
 
 
-def submit(ns: argparse.Namespace, job: str, job_args: list[str], prog: str) -> int:
+def submit(ns: argparse.Namespace, job: str, job_args: list[str], prog: str, checked: bool = False) -> int:
+    """spark-submit for ``job``; its arguments are checked first unless the caller has (``checked``)."""
     with tempfile.TemporaryDirectory(prefix="submit-") as tmp:
         try:
             cmd, env = spark_submit_command(ns.profile, ns.master, job, job_args, ns.conf, Path(tmp))
-            if job in runner.job_names():
+            if not checked and job in runner.job_names():
                 runner.job(job).parse(job_args)  # the job's own arguments, checked before Spark starts
         except (SubmitError, UserError) as e:
             print(f"{prog}: error: {e}", file=sys.stderr)

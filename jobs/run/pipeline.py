@@ -74,29 +74,12 @@ class Pipeline:
         """Every mistake a user can make in the call, found before anything is written; fills in the as-of date
         and absolute paths (tables, reports and event logs name one place, whatever the working folder)."""
         if args["input"] is not None:
-            src = Path(args["input"])
-            if not src.is_dir():
-                raise UserError(f"--input {args['input']}: no such folder; point it at a folder holding customers/ "
-                                "and events/ CSV files, or leave it out to generate data")
-            for ds in ("customers", "events"):
-                read = 0
-                for f in sorted((src / ds).iterdir()) if (src / ds).is_dir() else []:
-                    verdict = input_verdict(f.name, f.stat().st_size if f.is_file() else 0, f.is_file())
-                    if verdict:
-                        raise UserError(f"{f} {verdict}")
-                    if verdict is None:
-                        check_header(str(f), first_line(f), DATASETS[ds])
-                        read += 1
-                if not read:
-                    raise UserError(f"--input {args['input']}: no CSV files in {src / ds}; expected "
-                                    f"{src}/customers/*.csv and {src}/events/*.csv (or .csv.gz, .csv.bz2)")
-            if args["as_of"] is None:
-                manifest = src / "manifest.json"
-                if not manifest.is_file():
-                    raise UserError(f"--input {args['input']} has no manifest.json to take the as-of date from: "
-                                    "pass --as-of YYYY-MM-DD")
-                args["as_of"] = json.loads(manifest.read_text())["generator"]["as_of"]
+            manifest_as_of = self.check_input(Path(args["input"]))
+            args["as_of"] = args["as_of"] or manifest_as_of
             args["input"] = os.path.abspath(args["input"])
+        if args["input"] is not None and args["as_of"] is None:
+            raise UserError(f"--input {args['input']} has no manifest.json to take the as-of date from: "
+                            "pass --as-of YYYY-MM-DD")
         args["as_of"] = args["as_of"] or AS_OF.default
         args["out"] = os.path.abspath(args["out"])
         out = Path(args["out"])
@@ -118,6 +101,28 @@ class Pipeline:
                 # Regenerating over old data would mix two datasets' files; the lake is rebuilt idempotently anyway.
                 raise UserError(f"{data} already holds generated data: pass --input {data} to reuse it, "
                                 "or choose a new --out")
+
+    @staticmethod
+    def check_input(src: Path) -> str | None:
+        """A local input folder read by ingest's rules (``input_verdict``, headers), before Spark starts; returns
+        the as-of date of its manifest.json, if it has one."""
+        if not src.is_dir():
+            raise UserError(f"--input {src}: no such folder; point it at a folder holding customers/ and events/ "
+                            "CSV files, or leave it out to generate data")
+        for ds in ("customers", "events"):
+            read = 0
+            for f in sorted((src / ds).iterdir()) if (src / ds).is_dir() else []:
+                verdict = input_verdict(f.name, f.stat().st_size if f.is_file() else 0, f.is_file())
+                if verdict:
+                    raise UserError(f"{f} {verdict}")
+                if verdict is None:
+                    check_header(str(f), first_line(f), DATASETS[ds])
+                    read += 1
+            if not read:
+                raise UserError(f"--input {src}: no CSV files in {src / ds}; expected {src}/customers/*.csv and "
+                                f"{src}/events/*.csv (or .csv.gz, .csv.bz2)")
+        manifest = src / "manifest.json"
+        return json.loads(manifest.read_text())["generator"]["as_of"] if manifest.is_file() else None
 
     @staticmethod
     def layout(args: dict) -> dict:
