@@ -11,6 +11,7 @@ Idempotence, by kind of write:
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -30,6 +31,22 @@ def version(spark: SparkSession, path: str) -> int:
     from delta.tables import DeltaTable
 
     return int(DeltaTable.forPath(spark, path).history(1).select("version").first()["version"])
+
+
+class Commit(NamedTuple):
+    """A commit of a write: its version, and the rows it wrote as Delta's commit metrics report them
+    (``operationMetrics.numOutputRows``; None where the commit has none)."""
+    version: int
+    rows: int | None
+
+
+def last_commit(spark: SparkSession, path: str) -> Commit:
+    """The latest commit of the table at ``path``, read from its log (the pipeline's lock keeps it ours)."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
+    rows = (row["operationMetrics"] or {}).get("numOutputRows")
+    return Commit(int(row["version"]), None if rows is None else int(rows))
 
 
 def committed_version(spark: SparkSession, path: str) -> int | None:
@@ -121,22 +138,32 @@ def snapshot_files_as_parquet(spark: SparkSession, path: str, snapshot: DataFram
 
 
 def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> int:
+    return overwrite_counted(df, path, partition_by).version
+
+
+def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> Commit:
+    """``overwrite``, returning the commit: its version and the rows it wrote."""
     plans.observe(df, path)
     writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(path)
-    return version(df.sparkSession, path)
+    return last_commit(df.sparkSession, path)
 
 
 def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:
     """Replace the rows matching ``predicate`` with ``df`` (every row of ``df`` must match it)."""
+    return replace_where_counted(df, path, predicate, partition_by).version
+
+
+def replace_where_counted(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> Commit:
+    """``replace_where``, returning the commit: its version and the rows it wrote."""
     spark = df.sparkSession
     if not exists(spark, path):
-        return overwrite(df, path, partition_by)
+        return overwrite_counted(df, path, partition_by)
     plans.observe(df, path)
     df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
-    return version(spark, path)
+    return last_commit(spark, path)
 
 
 def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:

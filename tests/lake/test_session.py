@@ -21,9 +21,9 @@ def test_a_profile_switch_neither_true_nor_false_names_its_key(spark):
     from jobs.core.errors import UserError
     from jobs.lake.session import conf_flag, session_conf
 
-    with session_conf(spark, {"spark.churn.clean.persist": "flase"}):
-        with pytest.raises(UserError, match=r"spark.churn.clean.persist='flase' is neither true nor false"):
-            conf_flag(spark, "spark.churn.clean.persist", True)
+    with session_conf(spark, {"spark.churn.clean.materialise": "flase"}):
+        with pytest.raises(UserError, match=r"spark.churn.clean.materialise='flase' is neither true nor false"):
+            conf_flag(spark, "spark.churn.clean.materialise", True)
 
 
 def test_together_runs_spark_jobs_side_by_side_and_raises_only_after_all_finish(spark):

@@ -173,7 +173,7 @@ def test_a_cluster_too_small_for_the_cpu_profiles_executor_stops_with_one_messag
     (["--profile", "turbo"], "unknown profile 'turbo'"),
     (["--customers", "0"], "--customers 0: need at least 1 customer"),
     (["--customers", "10"], "--customers 10: the pipeline needs at least 500 customers"),
-    (["--conf", "spark.churn.clean.persit=false"], "did you mean spark.churn.clean.persist?"),
+    (["--conf", "spark.churn.clean.materialse=false"], "did you mean spark.churn.clean.materialise?"),
     (["--input", "/nonexistent/csv"], "--input /nonexistent/csv: no such folder"),
     (["--out", "{blocker}/out"], "is not writable"),
 ])

@@ -132,6 +132,8 @@ def test_conflicting_customers_latest_updated_at_wins_ties_go_to_the_later_recor
         customer(4, customer_id="C2", updated_at="2026-01-01 00:00:00", region="West"),   # tie: later wins
         customer(5, customer_id="C3", updated_at="2026-05-01 00:00:00", monthly_charges="x"),  # invalid
         customer(6, customer_id="C3", updated_at="2026-01-01 00:00:00"),
+        customer(7, customer_id=" C4", updated_at="2026-01-01 00:00:00"),   # the same customer as silver knows it
+        customer(8, customer_id="C4 ", updated_at="2026-02-01 00:00:00"),
     ]
     got = (bronze(spark, "customers", rows).transform(clean.with_checks("customers", AS_OF))
            .transform(clean.with_duplicates_marked(CUSTOMER_COLUMNS)).transform(clean.with_superseded_marked)
@@ -144,36 +146,42 @@ def test_conflicting_customers_latest_updated_at_wins_ties_go_to_the_later_recor
         (4, "kept", None, None),
         (5, "bad_number", "bad_number", "monthly_charges"),
         (6, "kept", None, None),
+        (7, "superseded", "superseded", "superseded by customers-00000.csv:8"),
+        (8, "kept", None, None),
     ], "record_number long, _fate string, reason string, detail string")
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_customer_row_ids_include_records_ingest_quarantined(spark):
-    bronze_c = bronze(spark, "customers", [customer(0, customer_id="C1")])
+def test_customer_status_covers_bronze_rows_and_records_ingest_quarantined(spark):
+    customers = spark.createDataFrame([("C1", "kept"), (" C1", "superseded"), ("C5 ", "bad_date"),
+                                       ("C6", "duplicate"), ("C6", "kept")], "customer_id string, _fate string")
     q = spark.createDataFrame([
         ("customers", "ingest", "customers-00000.csv", 1, "C2,2026-01-01 00:00:00,x", "wrong_field_count", ""),
+        ("customers", "ingest", "customers-00000.csv", 4, '"C1",x', "wrong_field_count", ""),
         ("customers", "clean", "customers-00000.csv", 2, '{"customer_id":"C3"}', "bad_date", "signup_date"),
         ("events", "ingest", "events-00000.csv", 3, "E1,C4,x", "wrong_field_count", ""),
     ], QUARANTINE_SCHEMA)
-    got = clean.customer_row_ids(bronze_c, q)
-    assert_df_equality(got, spark.createDataFrame([("C1",), ("C2",)], "customer_id string"),
+    got = clean.customer_status(customers, q)
+    assert_df_equality(got, spark.createDataFrame([("C1", 1), ("C2", 0), ("C5", 0), ("C6", 1)],
+                                                  "_cid string, _in_silver int"),
                        ignore_row_order=True, ignore_nullable=True)
 
 
 def test_events_of_unknown_and_rejected_customers(spark):
-    bronze_c = spark.createDataFrame([("C1",), (" C2",)], "customer_id string")
-    silver_c = spark.createDataFrame([("C1",)], "customer_id string")
+    status = spark.createDataFrame([("C1", 1), ("C2", 0)], "_cid string, _in_silver int")
     events = bronze(spark, "events", [
         event(0, customer_id="C1"), event(1, customer_id="C2"), event(2, customer_id="C9"),
         event(3, customer_id="C9", amount="x"),   # its own defect comes first
+        event(4, customer_id=" C1 "),             # known by its trimmed id
     ]).withColumn("reason", F.when(F.col("amount") == "x", F.lit("bad_number"))) \
       .withColumn("detail", F.when(F.col("amount") == "x", F.lit("amount"))) \
       .withColumn("_fate", F.coalesce(F.col("reason"), F.lit("kept")))
-    got = (events.transform(clean.with_customer_reasons(bronze_c, silver_c))
+    got = (events.transform(clean.with_customer_reasons(status))
            .select("record_number", "_fate", "reason", "detail"))
     expected = spark.createDataFrame([
         (0, "kept", None, None), (1, "customer_rejected", "customer_rejected", "customer_id"),
         (2, "unknown_customer", "unknown_customer", "customer_id"), (3, "bad_number", "bad_number", "amount"),
+        (4, "kept", None, None),
     ], "record_number long, _fate string, reason string, detail string")
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
@@ -206,7 +214,7 @@ def test_silver_rows_are_typed_and_canonical(spark):
 # clean through the stage entry point on a tiny lake (idempotence of the writes)
 # ---------------------------------------------------------------------------------------------------------
 def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_path, session_conf):
-    """The rerun also recomputes its classified frames instead of persisting them (gpu profiles do): same rows."""
+    """The rerun also recomputes its classified frames instead of materialising them (gpu profiles do): same rows."""
     lake = str(tmp_path / "lake")
     bc = bronze(spark, "customers", [customer(0, customer_id="C1"), customer(1, customer_id="C1"),
                                      customer(2, customer_id="C2", contract_type="??")])
@@ -219,14 +227,15 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     first = clean.run(spark, lake, AS_OF)
     snapshot = {t: spark.read.format("delta").load(delta_io.table_path(lake, t)).collect()
                 for t in ("silver_customers", "silver_events", "quarantine")}
-    assert profiles.load_profile("gpu")[clean.PERSIST_KEY] == "false"
-    assert profiles.load_profile("gpu-explain")[clean.PERSIST_KEY] == "false"
-    assert clean.PERSIST_KEY not in profiles.load_profile("cpu")
-    kept = clean.held(spark, bc)
-    assert kept.is_cached
-    kept.unpersist()
-    session_conf(**{clean.PERSIST_KEY: "false"})
-    assert not clean.held(spark, bc).is_cached
+    assert profiles.load_profile("gpu")[clean.MATERIALISE_KEY] == "false"
+    assert profiles.load_profile("gpu-explain")[clean.MATERIALISE_KEY] == "false"
+    assert clean.MATERIALISE_KEY not in profiles.load_profile("cpu")
+    kept = clean.materialised(spark, bc)
+    assert kept._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRDD"
+    assert sorted(kept.collect()) == sorted(bc.collect())
+    clean.release(kept)
+    session_conf(**{clean.MATERIALISE_KEY: "false"})
+    assert clean.materialised(spark, bc) is bc
     second = clean.run(spark, lake, AS_OF)
     for t, rows in snapshot.items():
         again = spark.read.format("delta").load(delta_io.table_path(lake, t))
