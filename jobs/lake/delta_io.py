@@ -157,13 +157,16 @@ def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[
 
 
 def replace_where_counted(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> Commit:
-    """``replace_where``, returning the commit: its version and the rows it wrote."""
+    """``replace_where``, returning the commit: its version and the rows it wrote. Delta makes no commit when
+    there is nothing to write and no row matches the predicate: then the table's version and 0 rows."""
     spark = df.sparkSession
     if not exists(spark, path):
         return overwrite_counted(df, path, partition_by)
+    before = committed_version(spark, path)
     plans.observe(df, path)
     df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
-    return last_commit(spark, path)
+    commit = last_commit(spark, path)
+    return Commit(commit.version, 0) if commit.version == before else commit
 
 
 def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:

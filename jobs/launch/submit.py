@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 # The event log also keeps, per Spark stage and executor, the peaks of the executor's memory metrics (JVM heap,
 # execution and storage memory, the resident memory of the JVM and its Python workers), sampled every 100 ms
 # rather than at each 10 s heartbeat, which short stages would slip between (at 250 ms a small run's score stage
-# sometimes did): jobs/run/eventlog.py reads them per pipeline stage (scripts/bench-memory); the history server
+# sometimes did): jobs/lake/eventlog.py reads them per pipeline stage (scripts/bench-memory); the history server
 # shows them per stage.
 MEMORY_PEAKS = ("spark.eventLog.logStageExecutorMetrics=true", "spark.executor.metrics.pollingInterval=100ms",
                 "spark.executor.processTreeMetrics.enabled=true")

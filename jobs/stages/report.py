@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from jobs.core.errors import UserError
 from jobs.core.stage import Param, Stage, StageRecord, load_stage_record
-from jobs.lake import contract, delta_io
+from jobs.lake import contract, delta_io, eventlog
 from jobs.lake.contract import DEFECT_FATE, TABLES
 from jobs.ml import evaluate
 from jobs.ml.split import with_split
@@ -33,6 +33,7 @@ def run(spark: SparkSession, out: str, data: str | None) -> StageRecord:
     report_dir.mkdir(parents=True, exist_ok=True)
     facts = gather(spark, lake, data)
     facts["gpu"] = _read_json(report_dir / "gpu-fallbacks.json")
+    facts["work"] = stage_work(spark, facts["timings"])
     plots = make_plots(spark, lake, facts, report_dir)
     (report_dir / "report.json").write_text(json.dumps(facts, indent=2, sort_keys=True, default=str))
     md = render_markdown(facts, plots)
@@ -70,6 +71,7 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
     run_json = _read_json(Path(model_path).parent / "run.json") if model_path else None
     return {
         "spark": {"version": spark.version, "master": spark.sparkContext.master,
+                  "cores": spark.sparkContext.defaultParallelism,
                   "plugins": spark.conf.get("spark.plugins", ""),
                   "rapids_mode": spark.conf.get("spark.rapids.sql.mode", ""),
                   "ml_implementation": spark.conf.get("spark.churn.ml.implementation", "pyspark.ml")},
@@ -82,6 +84,16 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
         "manifest_churn": (manifest or {}).get("churn", {}),
         "model": run_json or {},
     }
+
+
+def stage_work(spark: SparkSession, timings: dict[str, float]) -> dict[str, dict]:
+    """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``), for the stages
+    with a record; empty when the application keeps no local event log (scripts/pipeline always keeps one)."""
+    log = eventlog.running_log(spark)
+    if log is None:
+        return {}
+    work = eventlog.stage_work(log)
+    return {stage: {"seconds": secs, **work[stage]} for stage, secs in timings.items() if stage in work}
 
 
 def duplicates_removed(clean: dict | None) -> dict[str, int]:
@@ -199,6 +211,22 @@ def make_plots(spark: SparkSession, lake: str, facts: dict, report_dir: Path) ->
             ax.set(xlabel="risk decile (10 = highest)", ylabel="lift over base rate", title="Lift by decile")
             plots["lift"] = _save(fig, report_dir / "lift.png")
             facts["lift_by_decile"] = [{"decile": r["decile"], "rate": r["rate"], "n": r["n"]} for r in lift]
+    work = facts.get("work") or {}
+    if work:
+        names = list(work)[::-1]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 0.35 * len(names) + 1.4), sharey=True)
+        left.barh(names, [work[n]["seconds"] for n in names], color="#BBBBBB", label="wall")
+        cores = facts["spark"]["cores"] or 1
+        left.barh(names, [work[n]["task_s"] / cores for n in names], height=0.4, color="#4C72B0",
+                  label=f"task time / {cores} cores")
+        left.set(xlabel="seconds", title="Stage time")
+        left.legend(loc="lower right", fontsize=7)
+        mb = 1 << 20
+        right.barh(names, [work[n]["shuffle_write_bytes"] / mb for n in names], color="#DD8452", label="shuffle written")
+        right.barh(names, [work[n]["spill_bytes"] / mb for n in names], height=0.4, color="#C44E52", label="spilled")
+        right.set(xlabel="MiB", title="Shuffle and spill")
+        right.legend(loc="lower right", fontsize=7)
+        plots["work"] = _save(fig, report_dir / "work.png")
     coefs = model.get("coefficients") or {}
     if coefs:
         items = sorted(coefs.items(), key=lambda kv: abs(kv[1]), reverse=True)[:25][::-1]
@@ -261,6 +289,22 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
             lines.append(f"| {ds} | {a['files']:,} | {size} | {count} | {a['records_in']:,} | {generated} | {a['kept']:,} | "
                          f"{a['quarantined']:,} | {a['duplicates_removed']:,} | "
                          f"{'yes' if a['balanced'] else '**NO**'} |")
+    if f.get("work"):
+        mib = lambda b: f"{b / (1 << 20):,.1f}"  # noqa: E731
+        lines += ["", "## Where the time goes", "",
+                  "Each stage's Spark work, summed over its tasks (Spark's event log): task time beside the stage's "
+                  "wall time shows how busy the cores were; rows and bytes in are what it read from files and "
+                  "tables, out what it wrote; shuffle and spill in MiB.", "",
+                  "| stage | seconds | jobs | tasks | task s | GC s | rows in | rows out | MiB in | MiB out | "
+                  "shuffle read | shuffle written | spilled |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for stage, w in f["work"].items():
+            lines.append(f"| {stage} | {w['seconds']:.1f} | {w['jobs']:,} | {w['tasks']:,} | {w['task_s']:.1f} | "
+                         f"{w['gc_s']:.1f} | {w['input_rows']:,} | {w['output_rows']:,} | {mib(w['input_bytes'])} | "
+                         f"{mib(w['output_bytes'])} | {mib(w['shuffle_read_bytes'])} | "
+                         f"{mib(w['shuffle_write_bytes'])} | {mib(w['spill_bytes'])} |")
+        if "work" in plots:
+            lines += ["", f"![Where the time goes]({plots['work']})"]
     lines += ["", "## Delta tables", "", "| table | version | rows | path |", "| --- | ---: | ---: | --- |"]
     for name, t in f["tables"].items():
         lines.append(f"| {name} | {t['version']} | {t['rows']:,} | `{t['path']}` |")

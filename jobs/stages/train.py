@@ -3,8 +3,9 @@
     scripts/submit train --lake data/lake --models-dir data/models [--manifest data/raw/manifest.json]
 
 - Split: ``jobs.ml.split`` (a hash of customer_id: 70 / 15 / 15).
-- Tuning: one model per (regParam, elasticNetParam), all fitted by one ``fitMultiple`` (spark-rapids-ml moves
-  the data to the GPU once for the whole grid). The winner is the most regularised model whose validation ROC
+- Tuning: one model per (regParam, elasticNetParam), fitted by ``LogisticRegressionTrainer.fit_grid``
+  (spark-rapids-ml: one ``fitMultiple``, the data moved to the GPU once for the whole grid; MLlib: the fits side
+  by side). The winner is the most regularised model whose validation ROC
   AUC is within ``SELECTION_AUC_TOLERANCE`` of the best: the features are correlated (monthly charge, average
   charge, charge totals), so a (nearly) unregularised fit sits on a flat ridge where two optimisers (MLlib
   L-BFGS, cuML QN) stop at different coefficients with the same AUC (regParam 0 and 0.001 agree to 1e-4), and

@@ -9,17 +9,17 @@ from jobs.launch import settings
 
 
 def test_an_unknown_project_setting_is_an_error_naming_the_nearest_known_one():
-    with pytest.raises(UserError, match=r"unknown setting spark\.churn\.clean\.persit: did you mean "
-                                        r"spark\.churn\.clean\.persist\?"):
-        settings.check({}, ["spark.churn.clean.persit=false"])
+    with pytest.raises(UserError, match=r"unknown setting spark\.churn\.clean\.materialse: did you mean "
+                                        r"spark\.churn\.clean\.materialise\?"):
+        settings.check({}, ["spark.churn.clean.materialse=false"])
 
 
 def test_a_misspelt_spark_setting_is_a_warning_naming_the_likely_one_and_known_ones_pass_quietly(capsys):
     merged = settings.check({"spark.sql.shuffle.partitions": "8"},
                             ["spark.sql.shuffle.partitons=4", "spark.executor.memory=2g",
-                             "spark.churn.clean.persist=false", "spark.hadoop.fs.s3a.endpoint=http://x"])
+                             "spark.churn.clean.materialise=false", "spark.hadoop.fs.s3a.endpoint=http://x"])
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["warning: Spark does not know spark.sql.shuffle.partitons and will ignore it: "
                    "did you mean spark.sql.shuffle.partitions?"]
     assert merged["spark.sql.shuffle.partitons"] == "4" and merged["spark.sql.shuffle.partitions"] == "8"
-    assert merged["spark.churn.clean.persist"] == "false"
+    assert merged["spark.churn.clean.materialise"] == "false"

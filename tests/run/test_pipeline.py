@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from jobs.run import eventlog
+from jobs.lake import eventlog
 from tests.support.sessions import ROOT
 from tools import gpu_gate
 
@@ -85,8 +85,16 @@ def test_report_numbers_equal_the_delta_tables(compared):
     assert report["model"]["run_id"] in {r["run_id"] for r in runs}
     md = (run / "report" / "report.md").read_text()
     assert f"| predictions | {report['tables']['predictions']['version']} |" in md
+    work = report["work"]   # from the event log the pipeline was writing while the report ran
+    assert set(work) == {"ingest", "clean", "features", "train", "score"}, sorted(work)
+    for stage, w in work.items():
+        assert w["jobs"] > 0 and w["tasks"] > 0 and w["task_s"] > 0, (stage, w)
+    assert work["ingest"]["input_bytes"] >= sum(a["bytes"] for a in report["accounting"].values())
+    assert work["clean"]["shuffle_write_bytes"] > 0 and work["clean"]["output_rows"] >= sum(
+        report["tables"][f"silver_{ds}"]["rows"] for ds in ("customers", "events"))
+    assert "## Where the time goes" in md and f"| clean | {work['clean']['seconds']:.1f} | {work['clean']['jobs']:,} |" in md
     page = (run / "report" / "report.html").read_text()
-    assert page.count("data:image/png;base64,") >= 4  # ROC, PR, lift, coefficients inlined
+    assert page.count("data:image/png;base64,") >= 5  # ROC, PR, lift, coefficients, stage work inlined
     assert list((run / "eventlog").iterdir()), "Spark event log kept for the history server"
 
 

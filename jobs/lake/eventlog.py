@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 # Peaks kept, in bytes: the JVM's heap and off-heap use, what Spark's memory manager gave to execution (sorts,
 # aggregations, joins, shuffles) and to storage (cached frames), and the resident memory of the executor's JVM
@@ -59,6 +60,54 @@ def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
             for key, field in TASK_TOTALS.items():
                 t[key] += int(e["Task Metrics"].get(field, 0))
     return totals
+
+
+# Work per pipeline stage (job group): what its Spark tasks did, summed over their task metrics.
+WORK_FIELDS = ("jobs", "tasks", "task_s", "gc_s", "input_rows", "input_bytes", "output_rows", "output_bytes",
+               "shuffle_read_bytes", "shuffle_write_bytes", "spill_bytes")
+
+
+def stage_work(path: str | Path) -> dict[str, dict[str, float]]:
+    """{job group: WORK_FIELDS}: Spark jobs and tasks, task seconds and their garbage collection, rows and bytes
+    read from files and tables (input) and written (output), shuffle bytes read (local and remote) and written,
+    and bytes spilled to disk. Tasks of a job still running when the log was read count as far as they went."""
+    work: dict[str, dict[str, float]] = {}
+    for e, group in _grouped(path):
+        if e["Event"] == "SparkListenerJobStart":
+            group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
+            work.setdefault(group, dict.fromkeys(WORK_FIELDS, 0))["jobs"] += 1
+        elif e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            m, w = e["Task Metrics"], work.setdefault(group, dict.fromkeys(WORK_FIELDS, 0))
+            read, wrote = m.get("Shuffle Read Metrics") or {}, m.get("Shuffle Write Metrics") or {}
+            w["tasks"] += 1
+            w["task_s"] += m.get("Executor Run Time", 0) / 1000
+            w["gc_s"] += m.get("JVM GC Time", 0) / 1000
+            w["input_rows"] += (m.get("Input Metrics") or {}).get("Records Read", 0)
+            w["input_bytes"] += (m.get("Input Metrics") or {}).get("Bytes Read", 0)
+            w["output_rows"] += (m.get("Output Metrics") or {}).get("Records Written", 0)
+            w["output_bytes"] += (m.get("Output Metrics") or {}).get("Bytes Written", 0)
+            w["shuffle_read_bytes"] += read.get("Remote Bytes Read", 0) + read.get("Local Bytes Read", 0)
+            w["shuffle_write_bytes"] += wrote.get("Shuffle Bytes Written", 0)
+            w["spill_bytes"] += m.get("Disk Bytes Spilled", 0)
+    return {g: {k: round(v, 3) if isinstance(v, float) else v for k, v in w.items()} for g, w in work.items()}
+
+
+def running_log(spark) -> Path | None:
+    """This application's event log as Spark is writing it (``<spark.eventLog.dir>/<app id>.inprogress``, or the
+    finished file), None when the application keeps none. Spark flushes it at each job's and stage's end, so
+    everything up to the last finished job is in it."""
+    conf = spark.sparkContext.getConf()
+    if conf.get("spark.eventLog.enabled", "false").lower() != "true" or not conf.get("spark.eventLog.dir"):
+        return None
+    url = urlparse(conf.get("spark.eventLog.dir"))
+    if url.scheme not in ("", "file"):
+        return None   # on a cluster file system: read it with Spark's history server
+    app = spark.sparkContext.applicationId
+    for name in (f"{app}.inprogress", app):
+        candidate = Path(unquote(url.path)) / name
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:

@@ -1,0 +1,69 @@
+"""The event log reader (jobs.lake.eventlog) on a hand-made log."""
+from __future__ import annotations
+
+import json
+
+from jobs.lake import eventlog
+
+
+def test_stage_peaks_take_the_maximum_per_job_group(tmp_path):
+    """Hand-made event log: job 0 (group ingest) runs stages 0 and 1, job 1 (no group) stage 2; stage 1 ran on
+    two executors. Peaks are maxima over stages and executors; a metric not reported stays out; task totals are
+    sums over the group's tasks."""
+    events = [
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "ingest"}},
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2], "Properties": {}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 0, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 100, "OnHeapExecutionMemory": 10, "MinorGCCount": 3}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 1, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 300, "OnHeapExecutionMemory": 5}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 1, "Executor ID": "2",
+         "Executor Metrics": {"JVMHeapMemory": 200, "OnHeapExecutionMemory": 50}},
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 2, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 70}},
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 0, "Task Metrics": {
+            "Executor Run Time": 1000, "JVM GC Time": 20, "Memory Bytes Spilled": 0, "Disk Bytes Spilled": 0}},
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 1, "Task Metrics": {
+            "Executor Run Time": 500, "JVM GC Time": 5, "Memory Bytes Spilled": 4096, "Disk Bytes Spilled": 1024}},
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 2, "Task Metrics": None},   # a failed task reports none
+    ]
+    log = tmp_path / "app-1"
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert eventlog.stage_peaks(log) == {"ingest": {"JVMHeapMemory": 300, "OnHeapExecutionMemory": 50},
+                                         eventlog.NO_GROUP: {"JVMHeapMemory": 70}}
+    assert eventlog.task_totals(log) == {"ingest": {"tasks": 2, "run_ms": 1500, "gc_ms": 25,
+                                                    "spilled_memory_bytes": 4096, "spilled_disk_bytes": 1024}}
+    assert eventlog.log_file(tmp_path) == log
+
+
+def test_stage_work_sums_each_job_groups_tasks(tmp_path):
+    """Hand-made log: group clean runs jobs 0 (stages 0, 1) and 1 (stage 2), group features job 2 (stage 3)."""
+    def task(stage, run_ms, **metrics):
+        return {"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Metrics": {
+            "Executor Run Time": run_ms, "JVM GC Time": 10, "Disk Bytes Spilled": metrics.get("spill", 0),
+            "Input Metrics": {"Records Read": metrics.get("rows_in", 0), "Bytes Read": metrics.get("bytes_in", 0)},
+            "Output Metrics": {"Records Written": metrics.get("rows_out", 0),
+                               "Bytes Written": metrics.get("bytes_out", 0)},
+            "Shuffle Read Metrics": {"Remote Bytes Read": metrics.get("remote", 0),
+                                     "Local Bytes Read": metrics.get("local", 0)},
+            "Shuffle Write Metrics": {"Shuffle Bytes Written": metrics.get("shuffled", 0)}}}
+    events = [
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "clean"}},
+        task(0, 2000, rows_in=100, bytes_in=5000, shuffled=700),
+        task(0, 1000, rows_in=50, bytes_in=2500, shuffled=300),
+        task(1, 500, local=600, remote=400, rows_out=140, bytes_out=900, spill=64),
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2], "Properties": {"spark.jobGroup.id": "clean"}},
+        {"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [3], "Properties": {"spark.jobGroup.id": "features"}},
+        task(3, 250, rows_in=140),
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 3, "Task Metrics": None},
+    ]
+    log = tmp_path / "app-2.inprogress"
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert eventlog.stage_work(log) == {
+        "clean": {"jobs": 2, "tasks": 3, "task_s": 3.5, "gc_s": 0.03, "input_rows": 150, "input_bytes": 7500,
+                  "output_rows": 140, "output_bytes": 900, "shuffle_read_bytes": 1000, "shuffle_write_bytes": 1000,
+                  "spill_bytes": 64},
+        "features": {"jobs": 1, "tasks": 1, "task_s": 0.25, "gc_s": 0.01, "input_rows": 140, "input_bytes": 0,
+                     "output_rows": 0, "output_bytes": 0, "shuffle_read_bytes": 0, "shuffle_write_bytes": 0,
+                     "spill_bytes": 0},
+    }
