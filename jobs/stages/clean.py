@@ -54,15 +54,16 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     bronze_e, record.read["bronze_events"] = delta_io.read_table(spark, lake, "bronze_events")
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
-    # One shuffle per dataset, by customer: the duplicate and superseded windows and the join with the customers'
-    # status all run on that one partitioning (a window or join keyed by customer needs no other). Each classified
+    # One shuffle per dataset, by customer, of the raw rows: the checks, the duplicate and superseded windows and the
+    # join with the customers' status all run on that one partitioning (a window or join keyed by customer needs no
+    # other), spread over every core whatever the sizes of bronze's files (one per input file). Each classified
     # frame feeds three readers (silver, quarantine, the accounting): materialised once (see MATERIALISE_KEY).
-    customers = materialised(spark, bronze_c.transform(with_checks("customers", as_of))
-                             .repartition(customer_key())
+    customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
+                             .transform(with_checks("customers", as_of))
                              .transform(with_duplicates_marked(CUSTOMER_COLUMNS))
                              .transform(with_superseded_marked))
-    events = materialised(spark, bronze_e.transform(with_checks("events", as_of))
-                          .repartition(customer_key())
+    events = materialised(spark, bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
+                          .transform(with_checks("events", as_of))
                           .transform(with_duplicates_marked(EVENT_COLUMNS))
                           .transform(with_customer_reasons(customer_status(customers, ingest_q))))
     quarantine = (customers.transform(quarantine_rows("customers"))
@@ -153,10 +154,19 @@ def parsed_date(column: str, fmt: str) -> Column:
     return F.to_timestamp(c, fmt) if "HH" in fmt else F.to_date(c, fmt)
 
 
+CUSTOMER_KEY = "_cid"
+
+
 def customer_key() -> Column:
-    """What a row's customer is known by: its customer_id as silver holds it (trimmed). Both datasets are
-    partitioned by it, and every window and join that involves customers is keyed by it."""
+    """What a row's customer is known by: its customer_id as silver holds it (trimmed)."""
     return F.trim(F.col("customer_id"))
+
+
+def with_customer_key(df: DataFrame) -> DataFrame:
+    """``CUSTOMER_KEY`` (``customer_key``) as a column, unless there already: both datasets are partitioned by it,
+    and every window and join that involves customers is keyed by it. A column, not an expression in the window
+    and join keys: a sort evaluates its key expressions again at every comparison."""
+    return df if CUSTOMER_KEY in df.columns else df.withColumn(CUSTOMER_KEY, customer_key())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -219,32 +229,35 @@ def with_duplicates_marked(columns: tuple[str, ...]):
     again."""
     def transform(df: DataFrame) -> DataFrame:
         # Invalid rows are partitioned apart: they are never duplicates, each keeps its own reason.
-        copies = Window.partitionBy(F.xxhash64(*columns), customer_key(), F.col("reason").isNull(), *columns)
-        ranked = df.withColumn("_copy", F.row_number().over(copies.orderBy(*LINEAGE)))
-        fate = (F.when(F.col("reason").isNotNull(), F.col("reason"))
+        keyed = (df.transform(with_customer_key)
+                 .withColumn("_hash", F.xxhash64(*columns)).withColumn("_valid", F.col("reason").isNull()))
+        copies = Window.partitionBy("_hash", CUSTOMER_KEY, "_valid", *columns).orderBy(*LINEAGE)
+        ranked = keyed.withColumn("_copy", F.row_number().over(copies))
+        fate = (F.when(~F.col("_valid"), F.col("reason"))
                 .when(F.col("_copy") > 1, F.lit(DUPLICATE)).otherwise(F.lit(KEPT)))
-        return ranked.withColumn("_fate", fate).drop("_copy")
+        return ranked.withColumn("_fate", fate).drop("_copy", "_hash", "_valid")
     return transform
 
 
 def with_superseded_marked(df: DataFrame) -> DataFrame:
     """Of the kept rows of one customer (``customer_key``), the latest updated_at wins (ties: the later record in
     the input); the others get reason 'superseded' and, as detail, where the winning row is."""
-    order = Window.partitionBy(customer_key(), F.col("_fate") == KEPT).orderBy(
+    order = Window.partitionBy(CUSTOMER_KEY, "_kept").orderBy(
         F.col("t_updated_at").desc(), F.col("source_file").desc(), F.col("record_number").desc())
     # The winner as a running first() over a ROWS frame: the order is total (record_number is unique within a
     # file), so it equals the default RANGE frame, and the RAPIDS Accelerator runs a ROWS frame on the GPU (a
     # RANGE frame over several order columns stays on the CPU).
-    ranked = (df.withColumn("_rank", F.row_number().over(order))
+    ranked = (df.transform(with_customer_key).withColumn("_kept", F.col("_fate") == KEPT)
+              .withColumn("_rank", F.row_number().over(order))
               .withColumn("_winner", F.first(F.concat_ws(":", "source_file", F.col("record_number").cast("string")))
                           .over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
-    loses = (F.col("_fate") == KEPT) & (F.col("_rank") > 1)
+    loses = F.col("_kept") & (F.col("_rank") > 1)
     return (ranked
             .withColumn("reason", F.when(loses, F.lit("superseded")).otherwise(F.col("reason")))
             .withColumn("detail", F.when(loses, F.concat(F.lit("superseded by "), F.col("_winner")))
                         .otherwise(F.col("detail")))
             .withColumn("_fate", F.when(loses, F.lit("superseded")).otherwise(F.col("_fate")))
-            .drop("_rank", "_winner"))
+            .drop("_kept", "_rank", "_winner"))
 
 
 def customer_status(customers: DataFrame, quarantine: DataFrame) -> DataFrame:
@@ -253,9 +266,9 @@ def customer_status(customers: DataFrame, quarantine: DataFrame) -> DataFrame:
     quarantined for a wrong field count (the first CSV field of their raw text; ids hold no comma or quote)."""
     malformed = quarantine.where((F.col("stage") == "ingest") & (F.col("dataset") == "customers"))
     first_field = F.regexp_extract(F.col("raw"), r'^"?([^",\r\n]*)', 1)
-    return (customers.select(customer_key().alias("_cid"), (F.col("_fate") == KEPT).cast("int").alias("_in_silver"))
-            .unionByName(malformed.select(F.trim(first_field).alias("_cid"), F.lit(0).alias("_in_silver")))
-            .groupBy("_cid").agg(F.max("_in_silver").alias("_in_silver")))
+    return (customers.select(customer_key().alias("_known"), (F.col("_fate") == KEPT).cast("int").alias("_in_silver"))
+            .unionByName(malformed.select(F.trim(first_field).alias("_known"), F.lit(0).alias("_in_silver")))
+            .groupBy("_known").agg(F.max("_in_silver").alias("_in_silver")))
 
 
 def with_customer_reasons(status: DataFrame):
@@ -263,16 +276,17 @@ def with_customer_reasons(status: DataFrame):
     (every row of the customer quarantined) -> CASCADE_REASON. ``status``: see customer_status. A hash join on
     the customer key: the events, partitioned by it, are neither shuffled nor sorted again."""
     def transform(df: DataFrame) -> DataFrame:
-        joined = df.join(status.hint("shuffle_hash"), customer_key() == status["_cid"], "left")
+        keyed = df.transform(with_customer_key)
+        joined = keyed.join(status.hint("shuffle_hash"), keyed[CUSTOMER_KEY] == status["_known"], "left")
         kept = F.col("_fate") == KEPT
-        new_reason = (F.when(kept & F.col("_cid").isNull(), F.lit("unknown_customer"))
+        new_reason = (F.when(kept & F.col("_known").isNull(), F.lit("unknown_customer"))
                       .when(kept & (F.col("_in_silver") == 0), F.lit(CASCADE_REASON)))
         return (joined
                 .withColumn("reason", F.coalesce(new_reason, F.col("reason")))
                 .withColumn("detail", F.when(new_reason.isNotNull(), F.lit("customer_id"))
                             .otherwise(F.col("detail")))
                 .withColumn("_fate", F.coalesce(new_reason, F.col("_fate")))
-                .drop("_cid", "_in_silver"))
+                .drop("_known", "_in_silver"))
     return transform
 
 

@@ -163,12 +163,12 @@ def test_customer_status_covers_bronze_rows_and_records_ingest_quarantined(spark
     ], QUARANTINE_SCHEMA)
     got = clean.customer_status(customers, q)
     assert_df_equality(got, spark.createDataFrame([("C1", 1), ("C2", 0), ("C5", 0), ("C6", 1)],
-                                                  "_cid string, _in_silver int"),
+                                                  "_known string, _in_silver int"),
                        ignore_row_order=True, ignore_nullable=True)
 
 
 def test_events_of_unknown_and_rejected_customers(spark):
-    status = spark.createDataFrame([("C1", 1), ("C2", 0)], "_cid string, _in_silver int")
+    status = spark.createDataFrame([("C1", 1), ("C2", 0)], "_known string, _in_silver int")
     events = bronze(spark, "events", [
         event(0, customer_id="C1"), event(1, customer_id="C2"), event(2, customer_id="C9"),
         event(3, customer_id="C9", amount="x"),   # its own defect comes first
