@@ -8,7 +8,7 @@ Each bronze row gets a fate, decided in this order (docs/etl.md):
    ``detail`` names the column;
 2. exact duplicates among the valid rows (identical raw CSV fields) are removed, the first copy in input
    order (source_file, record_number) kept, and counted;
-3. customers: of several valid rows with one customer_id, the latest updated_at wins (ties: later in the
+3. customers: of several valid rows with one customer_id (trimmed), the latest updated_at wins (ties: later in the
    input); the others go to quarantine as ``superseded``;
 4. events: a customer_id in no customer row of the input -> ``unknown_customer``; in some customer row but
    not in silver (every row of that customer was quarantined) -> ``contract.CASCADE_REASON``. "Customer rows"
@@ -58,9 +58,9 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     # join with the customers' status all run on that one partitioning (a window or join keyed by customer needs no
     # other), spread over every core whatever the sizes of bronze's files (one per input file). Each classified
     # frame feeds three readers (silver, quarantine, the accounting): materialised once (see MATERIALISE_KEY).
-    # Customers without whole-stage code generation: fused into the window's sort, their 22 columns' checks make
-    # one method of ~23 KB of bytecode, slower than the same expressions generated apart (200k customers: 20 ->
-    # 15.5 s of task time); the events' 7 columns gain from it.
+    # Customers without whole-stage code generation (where they are computed: here, when materialised): fused into
+    # the window's sort, their 22 columns' checks make one method of ~23 KB of bytecode, slower than the same
+    # expressions generated apart (200k customers: 20 -> 15.5 s of task time); the events' 7 columns gain from it.
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
                                  .transform(with_checks("customers", as_of))
