@@ -293,8 +293,9 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
         mib = lambda b: f"{b / (1 << 20):,.1f}"  # noqa: E731
         lines += ["", "## Where the time goes", "",
                   "Each stage's Spark work, summed over its tasks (Spark's event log): task time beside the stage's "
-                  "wall time shows how busy the cores were; rows and bytes in are what it read from files and "
-                  "tables, out what it wrote; shuffle and spill in MiB.", "",
+                  "wall time shows how busy the cores were; rows and bytes in are what its tasks read from files, "
+                  "tables and kept blocks (clean's materialised frames; each training iteration reads its cached "
+                  "data again), out what it wrote; shuffle and spill in MiB.", "",
                   "| stage | seconds | jobs | tasks | task s | GC s | rows in | rows out | MiB in | MiB out | "
                   "shuffle read | shuffle written | spilled |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
