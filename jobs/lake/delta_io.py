@@ -28,9 +28,7 @@ def table_path(lake: str, name: str) -> str:
 def version(spark: SparkSession, path: str) -> int:
     """Latest committed version of the Delta table at ``path`` (relative paths too, which SQL's
     ``DESCRIBE HISTORY delta.`path``` rejects)."""
-    from delta.tables import DeltaTable
-
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()["version"])
+    return last_commit(spark, path).version
 
 
 class Commit(NamedTuple):
