@@ -32,7 +32,8 @@ class Candidate:
     layout: Layout
     host: Host
     seconds: dict[str, float]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)       # what the estimate stands on
+    blockers: list[str] = field(default_factory=list)    # why this candidate would not run
 
     @property
     def total_s(self) -> float:
@@ -41,7 +42,7 @@ class Candidate:
     def to_json(self) -> dict:
         return {"profile": self.profile, "layout": self.layout.to_json(), "calibration_host": self.host.name,
                 "seconds": {k: round(v, 1) for k, v in self.seconds.items()}, "total_s": round(self.total_s, 1),
-                "notes": self.notes}
+                "notes": self.notes, "blockers": self.blockers}
 
 
 @dataclass
@@ -74,6 +75,18 @@ def choose_host(cal: Calibration, profile: str, r: Resources, here: bool) -> Hos
     return min(hosts, key=lambda h: _distance(h, profile, r, here)) if hosts else None
 
 
+def _borrow(cal: Calibration, stage: str, profile: str, r: Resources, here: bool):
+    """The model of ``stage`` from the nearest host that timed it, under ``profile`` or else any profile."""
+    for pf in (profile, "cpu", "gpu"):
+        hosts = sorted((h for h in cal.hosts.values() if pf in cal.profiles_of(h.name)),
+                       key=lambda h: _distance(h, pf, r, here))
+        for h in hosts:
+            m = cal.fit(h.name, pf).get(stage)
+            if m is not None:
+                return m, f"{h.name} ({pf})"
+    return None, None
+
+
 def train_matrix_bytes(customers: int) -> int:
     return int(customers * TRAIN_SHARE * (FEATURES + 1) * 8)
 
@@ -85,18 +98,27 @@ def estimate(profile: str, size: InputSize, r: Resources, cal: Calibration, here
     layout = plan(profile, r, size.text_bytes)
     models = cal.fit(host.name, profile)
     parallel = r.gpus if profile == "gpu" else layout.task_slots
-    secs = {}
+    secs, borrowed = {}, set()
     for stage in (*STAGES, STARTUP):
         m = models.get(stage)
+        if m is None:      # a stage the host's runs did not time (report, startup): the nearest host that did
+            m, donor = _borrow(cal, stage, profile, r, here)
+            if m is not None:
+                borrowed.add(f"{stage} from {donor}")
         if m is not None:
             work = size.customers if stage in cal_mod.CUSTOMER_STAGES else size.records
             secs[stage] = m.seconds(work, parallel)
     c = Candidate(profile, layout, host, secs)
+    if borrowed:
+        c.notes.append(f"not timed on {host.name}, taken from the nearest host that was: {', '.join(sorted(borrowed))}")
+    if profile == "gpu" and r.gpu_model and r.gpu_model.lower() not in host.gpu_model.lower():
+        c.notes.append(f"no calibration on {r.gpu_model}: scaled from {host.gpu_model}; run scripts/advise "
+                       f"--calibrate on one of yours")
     if profile == "gpu":
         need = train_matrix_bytes(size.customers) * CUML_COPIES
         room = r.gpus * r.gpu_memory_gib * (1 - RAPIDS_ALLOC_FRACTION) * (1 << 30)
         if need > room:
-            c.notes.append(f"training matrix {need / (1 << 30):.1f} GiB > {room / (1 << 30):.1f} GiB the RAPIDS pool "
+            c.blockers.append(f"training matrix {need / (1 << 30):.1f} GiB > {room / (1 << 30):.1f} GiB the RAPIDS pool "
                            f"leaves on {r.gpus} GPU(s): the fit would run out of GPU memory; lower "
                            f"spark.rapids.memory.gpu.allocFraction, add GPUs, or train under cpu")
     return c
@@ -107,7 +129,7 @@ def advise(size: InputSize, r: Resources, cal: Calibration, here: bool = False) 
     if not cands:
         raise UserError("the calibration has no run of any profile: restore conf/calibration.json from git")
     cpu = next((c for c in cands if c.profile == "cpu"), None)
-    gpu = next((c for c in cands if c.profile == "gpu" and not c.notes), None)
+    gpu = next((c for c in cands if c.profile == "gpu" and not c.blockers), None)
     best = cpu or cands[0]
     if gpu and (cpu is None or gpu.total_s < (1 - PREFER_CPU_WITHIN) * cpu.total_s):
         best = gpu
@@ -148,7 +170,7 @@ def factors(size: InputSize, r: Resources, cands: list[Candidate], best: Candida
     if cpu and gpu:
         ratio = cpu.total_s / gpu.total_s if gpu.total_s else math.inf
         out.append(f"estimated whole run: cpu {cpu.total_s:.0f} s, gpu {gpu.total_s:.0f} s ({ratio:.2f}x)"
-                   + ("" if best is gpu or gpu.notes else
+                   + ("" if best is gpu or gpu.blockers else
                       f"; under {1 / (1 - PREFER_CPU_WITHIN):.2f}x the GPU does not pay for itself"))
     if not r.local:
         out.append(f"cluster: {best.layout.executors} executor(s) of {best.layout.executor_cores} cores, "
@@ -169,7 +191,7 @@ def render(a: Advice) -> str:
         mark = "*" if c is b else " "
         lines.append(f"{mark} {c.profile:<11}" + "".join(f"{c.seconds.get(s, 0):>10.0f}" for s in stages)
                      + f"{c.total_s:>10.0f}   (calibrated on {c.host.name})")
-        lines += [f"    ! {n}" for n in c.notes]
+        lines += [f"    ! {n}" for n in c.blockers] + [f"    - {n}" for n in c.notes]
     for c in a.candidates:
         lay = c.layout
         if lay.executors:
@@ -181,6 +203,29 @@ def render(a: Advice) -> str:
             lines.append(f"  {c.profile} layout: one machine, {lay.task_slots} task cores, "
                          f"{lay.shuffle_partitions} shuffle partitions")
     return "\n".join(lines)
+
+
+def auto(input_dir: str | None, customers: int | None, master: str) -> tuple[Advice, list[str]]:
+    """``scripts/pipeline --profile auto``: the advice for this machine, and its settings as --conf values."""
+    from jobs.advise import sizing
+    from jobs.advise.layout import detect
+
+    if not master.startswith("local"):
+        raise UserError(f"--profile auto plans one machine (local[*]), not --master {master}: run scripts/advise "
+                        f"--input DIR with the cluster's --nodes, --cores-per-node and --gpus, and pass what its "
+                        f"--emit-conf prints")
+    cal = cal_mod.load()
+    if input_dir:
+        size = sizing.size_input(input_dir)
+    else:
+        sized = [r for r in cal.runs if r.bytes and r.customers]
+        if not sized:
+            raise UserError("--profile auto without --input needs calibration runs with input sizes: run "
+                            "scripts/advise --calibrate, or pass --input")
+        size = sizing.generated(customers or 0, sum(r.records / r.customers for r in sized) / len(sized),
+                                sum(r.bytes / r.records for r in sized) / len(sized))
+    a = advise(size, detect(), cal, here=True)
+    return a, [f"{k}={v}" for k, v in a.recommended.layout.conf().items()]
 
 
 def this_host_name() -> str:

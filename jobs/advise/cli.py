@@ -105,8 +105,8 @@ def calibrate(a: argparse.Namespace) -> int:
         data = work / f"input-{n}"
         if not (data / "manifest.json").is_file():
             print(f"advise: generating {n:,} customers into {data}", flush=True)
-            subprocess.run([str(ROOT / "scripts" / "submit"), "generate", "--out", str(data), "--customers", str(n),
-                            "--overwrite", "--conf", "spark.ui.showConsoleProgress=false"], check=True, cwd=ROOT)
+            subprocess.run([str(ROOT / "scripts" / "submit"), "--conf", "spark.ui.showConsoleProgress=false", "generate",
+                            "--out", str(data), "--customers", str(n), "--overwrite"], check=True, cwd=ROOT)
         for profile in profiles:
             out = work / f"run-{profile}-{n}"
             shutil.rmtree(out, ignore_errors=True)
@@ -124,7 +124,8 @@ def calibrate(a: argparse.Namespace) -> int:
     print(f"advise: wrote {path}")
     for profile in profiles:
         for stage, m in cal.fit(name, profile).items():
-            print(f"  {profile} {stage:<9} fixed {m.fixed_s:7.1f} s + {m.us_per_unit:8.2f} us x records / "
+            unit = "customers" if stage in cal_mod.CUSTOMER_STAGES else "records"
+            print(f"  {profile} {stage:<9} fixed {m.fixed_s:7.1f} s + {m.us_per_unit:8.2f} us x {unit} / "
                   f"{'GPUs' if profile == 'gpu' else 'cores'}")
     return 0
 
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         if a.calibrate:
-            return calibrate(a)
+            try:
+                return calibrate(a)
+            except subprocess.CalledProcessError as e:
+                raise UserError(f"a calibration run failed (exit {e.returncode}): {' '.join(map(str, e.cmd))}; its "
+                                f"output above says why") from None
         if not a.input:
             raise UserError("give --input DIR (the folder to run), or --calibrate")
         size = size_input(a.input)

@@ -113,11 +113,10 @@ class Layout:
                       "spark.executor.cores": str(self.executor_cores),
                       "spark.executor.memory": f"{self.executor_memory_gib}g",
                       "spark.executor.memoryOverhead": f"{self.executor_overhead_gib}g"})
-        if self.profile == "gpu":
+        if self.profile == "gpu" and self.executors:    # one machine keeps the profile's pool and GPU share
             c["spark.task.resource.gpu.amount"] = f"{self.task_gpu_amount:.6g}"
             c["spark.rapids.memory.pinnedPool.size"] = f"{self.pinned_pool_gib}g"
-            if self.executors:
-                c["spark.executor.resource.gpu.amount"] = "1"
+            c["spark.executor.resource.gpu.amount"] = "1"
         return c
 
     def to_json(self) -> dict:

@@ -123,3 +123,13 @@ def size_input(path: str | Path) -> InputSize:
         raise UserError(f"input folder {root} does not exist: pass --input a folder with customers/ and events/ "
                         f"of CSV files (scripts/submit generate --out DIR makes one)")
     return InputSize(str(root), {d: size_dataset(root / d) for d in DATASETS})
+
+
+def generated(customers: int, records_per_customer: float, bytes_per_record: float) -> InputSize:
+    """The size of an input not generated yet (``scripts/pipeline --customers N``), from measured ratios."""
+    events = int(customers * max(records_per_customer - 1, 0))
+    text = int((customers + events) * bytes_per_record)
+    share = customers / max(customers + events, 1)
+    return InputSize(f"(to be generated: {customers:,} customers)", {
+        "customers": DatasetSize(0, int(text * share), "none", int(text * share), bytes_per_record, customers, 0),
+        "events": DatasetSize(0, text - int(text * share), "none", text - int(text * share), bytes_per_record, events, 0)})

@@ -3,7 +3,7 @@ build/jars and the jobs package shipped to the executors, so the same command wo
 cluster (``--master spark://host:7077``, ``yarn``, ``k8s://...``).
 
     scripts/submit [--profile cpu|gpu|gpu-explain] [--master URL] [--conf k=v ...] <job | app.py> [args]
-    scripts/pipeline [--profile ...] [--master URL] [--conf k=v ...] [pipeline args]
+    scripts/pipeline [--profile ...|auto] [--master URL] [--conf k=v ...] [pipeline args]
 
 A job is a stage or the pipeline (``jobs.run.runner``); any other PySpark application file runs with the same
 profiles and jars. Mistakes (unknown profile or job, bad job arguments, missing jars, gpu profile without a GPU)
@@ -117,7 +117,8 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
 def options(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, add_help=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", default="cpu", help="cpu (default), gpu or gpu-explain: a file under conf/")
+    p.add_argument("--profile", default="cpu", help="cpu (default), gpu or gpu-explain: a file under conf/; "
+                                                    "scripts/pipeline also takes auto (scripts/advise chooses)")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark property")
     p.add_argument("--dry-run", action="store_true", help="print the spark-submit command, run nothing")
@@ -157,6 +158,9 @@ def pipeline_main(argv: list[str] | None = None) -> int:
         return 2
     try:
         lock.check_free(runner.output_folder(runner.job("pipeline"), args))  # the driver takes it; say so early
+        if ns.profile == "auto":
+            ns.profile, advised = auto_profile(args, ns.master)
+            ns.conf = [*advised, *ns.conf]          # the user's own --conf values come later and win
     except UserError as e:
         print(f"pipeline: error: {e}", file=sys.stderr)
         return 2
@@ -164,6 +168,19 @@ def pipeline_main(argv: list[str] | None = None) -> int:
     eventlog.mkdir(parents=True, exist_ok=True)
     ns.conf = [*ns.conf, "spark.eventLog.enabled=true", f"spark.eventLog.dir={eventlog.as_uri()}", *MEMORY_PEAKS]
     return submit(ns, "pipeline", [*rest, "--out", args["out"], "--as-of", args["as_of"]], "pipeline", checked=True)
+
+
+def auto_profile(args: dict, master: str) -> tuple[str, list[str]]:
+    """--profile auto: the advisor's choice for this machine (jobs.advise), said in one line."""
+    from jobs.advise.advisor import auto
+
+    advice, conf = auto(args.get("input"), args.get("customers"), master)
+    best = advice.recommended
+    others = ", ".join(f"{c.profile} {c.total_s:.0f} s" for c in advice.candidates if c is not best)
+    print(f"pipeline: --profile auto: {best.profile} (estimated {best.total_s:.0f} s"
+          + (f"; {others}" if others else "") + f"), {' '.join('--conf ' + c for c in conf)}; "
+          f"scripts/advise --input DIR says why", file=sys.stderr)
+    return best.profile, conf
 
 
 def submit(ns: argparse.Namespace, job: str, job_args: list[str], prog: str, checked: bool = False) -> int:

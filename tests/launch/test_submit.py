@@ -176,6 +176,7 @@ def test_a_cluster_too_small_for_the_cpu_profiles_executor_stops_with_one_messag
     (["--conf", "spark.churn.clean.materialse=false"], "did you mean spark.churn.clean.materialise?"),
     (["--input", "/nonexistent/csv"], "--input /nonexistent/csv: no such folder"),
     (["--out", "{blocker}/out"], "is not writable"),
+    (["--profile", "auto", "--master", "spark://127.0.0.1:7077"], "--profile auto plans one machine"),
 ])
 def test_bad_pipeline_invocations_stop_before_writing(tmp_path, args, message):
     blocker = tmp_path / "a-file"
@@ -188,6 +189,18 @@ def test_bad_pipeline_invocations_stop_before_writing(tmp_path, args, message):
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "run" / "lake").exists() and not (tmp_path / "run" / "data").exists()
+
+
+def test_profile_auto_says_what_it_chose_and_submits_that_profile(tmp_path):
+    # No GPU on a test machine: the advisor's only candidate is cpu, with its shuffle partitions for the input size.
+    proc = subprocess.run([sys.executable, "-m", "jobs.launch", "pipeline", "--profile", "auto", "--dry-run",
+                           "--customers", "2000", "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**ENV, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("pipeline: --profile auto:")]
+    assert len(said) == 1 and said[0].startswith("pipeline: --profile auto: cpu (estimated "), proc.stderr
+    assert "--conf spark.sql.shuffle.partitions=" in said[0]
+    assert "spark-submit" in proc.stdout and "pipeline --customers 2000" in proc.stdout
 
 
 @pytest.mark.slow
