@@ -185,8 +185,8 @@ def load(paths: list[Path] | None = None) -> Calibration:
     return merged
 
 
-def write(cal: Calibration, path: Path) -> Path:
-    path.write_text(json.dumps(cal.to_json(), indent=1) + "\n")
+def write(cal: Calibration, path: Path, about: str | None = None) -> Path:
+    path.write_text(json.dumps({**({"about": about} if about else {}), **cal.to_json()}, indent=1) + "\n")
     return path
 
 

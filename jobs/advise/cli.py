@@ -2,6 +2,8 @@
 
     scripts/advise --input DIR [--json | --emit-conf] [resources]
     scripts/advise --calibrate [--customers 50000,300000] [--profile cpu|gpu]
+    scripts/advise --add-run REPORT_OR_LAKE --host NAME --profile cpu|gpu --cores N [--gpus N] [--wall S]
+                   [--source TEXT] [--calibration FILE]      a measured run into a calibration file
 
 Resources (left out: this machine's, detected): --cores N (in all), --memory GIB (a node), --gpus N (in all),
 --gpu-memory GIB (a GPU), --gpu-model NAME, --nodes N, --cores-per-node N. With --nodes or --cores-per-node the
@@ -43,6 +45,13 @@ def parser() -> argparse.ArgumentParser:
                    help="--calibrate's sample sizes in customers (default 50000,300000)")
     p.add_argument("--profile", choices=("cpu", "gpu"), help="--calibrate: the profile to measure (default cpu, and "
                                                             "gpu too when this machine has one)")
+    p.add_argument("--add-run", metavar="REPORT_OR_LAKE",
+                   help="add a measured run: a pipeline's report.json, or its lake folder (lake/_stages)")
+    p.add_argument("--host", help="--add-run: the calibration host's name (new hosts take --cores, --memory, --gpus, "
+                                  "--gpu-memory, --gpu-model)")
+    p.add_argument("--wall", type=float, help="--add-run: the run's wall seconds, when known")
+    p.add_argument("--source", help="--add-run: where the figures come from (default: the path given)")
+    p.add_argument("--commit", default="", help="--add-run: the project commit that ran")
     p.add_argument("--work", default=str(ROOT / "runs" / "calibrate"), help="--calibrate's folder")
     p.add_argument("--calibration", action="append", type=Path,
                    help="calibration file(s) (default conf/calibration.json, then conf/calibration.local.json)")
@@ -130,9 +139,43 @@ def calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_run(a: argparse.Namespace) -> int:
+    """One measured run (a report.json or a lake) appended to a calibration file, its host added if new."""
+    if not (a.host and a.profile and a.cores):
+        raise UserError("--add-run needs --host NAME, --profile cpu|gpu and --cores N (the application's task cores)")
+    path = (a.calibration or [cal_mod.REPO_FILE])[-1]
+    cal = cal_mod.read(path) if path.is_file() else cal_mod.Calibration({}, [])
+    src = Path(a.add_run)
+    kw = dict(source=a.source or str(src), host=a.host, profile=a.profile, cores=a.cores,
+              gpus=(a.gpus or 0) if a.profile == "gpu" else 0, wall_s=a.wall, commit=a.commit)
+    if src.is_dir():
+        run = cal_mod.run_from_lake(src, **kw)
+    elif src.is_file():
+        try:
+            run = cal_mod.run_from_report(json.loads(src.read_text()), **kw)
+        except (KeyError, ValueError) as e:
+            raise UserError(f"{src} is not a pipeline's report.json ({e}): pass report/report.json or the lake") from None
+    else:
+        raise UserError(f"--add-run {src}: no such file or folder")
+    if a.host not in cal.hosts:
+        if a.memory is None:
+            raise UserError(f"host {a.host!r} is new: describe it with --memory GIB (and --gpus, --gpu-memory, "
+                            f"--gpu-model for a GPU host)")
+        cal.hosts[a.host] = Host(a.host, a.cores, a.memory, a.gpus or 0, a.gpu_model or "", a.gpu_memory or 0.0,
+                                 f"added by scripts/advise --add-run on {dt.date.today()}")
+    cal.runs.append(run)
+    about = json.loads(path.read_text()).get("about") if path.is_file() else None
+    cal_mod.write(cal, path, about)
+    print(f"advise: {path}: {a.profile} run of {run.records:,} records on {a.host} added "
+          f"({', '.join(f'{k} {v:g}' for k, v in run.seconds.items())})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
+        if a.add_run:
+            return add_run(a)
         if a.calibrate:
             try:
                 return calibrate(a)

@@ -207,3 +207,24 @@ def test_the_repository_calibration_names_a_committed_source_for_every_run():
     for r in cal.runs:
         assert (root / r.source.split()[0]).is_file(), r.source
         assert r.records > r.customers > 0 and r.profile in ("cpu", "gpu")
+
+
+def test_add_run_takes_a_lakes_stage_records_into_a_calibration_file(tmp_path, capsys):
+    stages = tmp_path / "lake" / "_stages"
+    stages.mkdir(parents=True)
+    ingest = {"seconds": 12.5, "counts": {"totals": {"customers": {"records": 1000}, "events": {"records": 9000}},
+                                          "input": {"customers": {"bytes": 150000}, "events": {"bytes": 630000}}}}
+    (stages / "ingest.json").write_text(json.dumps(ingest))
+    (stages / "clean.json").write_text(json.dumps({"seconds": 20.25, "counts": {}}))
+    (stages / "generate.json").write_text(json.dumps({"seconds": 3.0, "counts": {}}))
+    path = tmp_path / "cal.json"
+    args = ["--add-run", str(tmp_path / "lake"), "--host", "box", "--profile", "cpu", "--cores", "8",
+            "--calibration", str(path), "--wall", "40"]
+    assert main(args) == 2 and "describe it with --memory" in capsys.readouterr().err
+    assert main([*args, "--memory", "32"]) == 0
+    cal = cal_mod.read(path)
+    (run,) = cal.runs
+    assert (run.records, run.customers, run.bytes, run.cores, run.host) == (10_000, 1000, 780_000, 8, "box")
+    assert run.seconds == {"ingest": 12.5, "clean": 20.25}          # generate is no stage of a run on an input
+    assert run.stage_seconds()["startup"] == pytest.approx(40 - 32.75)
+    assert cal.hosts["box"].memory_gib == 32 and cal.hosts["box"].gpus == 0
