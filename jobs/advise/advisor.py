@@ -20,7 +20,6 @@ from jobs.core.errors import UserError
 
 FEATURES = 43                  # the contract's features; the label makes the matrix 44 wide
 TRAIN_SHARE = 0.70             # jobs/ml/split.py: hash buckets below 70
-RAPIDS_ALLOC_FRACTION = 0.8    # conf/gpu.conf spark.rapids.memory.gpu.allocFraction: the rest is cuML's
 CUML_COPIES = 2                # the matrix once as loaded, once more in the solver's working copy
 PREFER_CPU_WITHIN = 0.10       # a gpu estimate less than 10 % faster does not pay for the GPU
 HOST_TO_DEVICE_GBPS = 20.0     # pinned PCIe Gen4/5 copies as seen by cuDF, GB/s (order of magnitude)
@@ -66,7 +65,7 @@ def _distance(h: Host, profile: str, r: Resources, here: bool) -> tuple:
     per_host = h.cores / max(h.gpus, 1) if profile == "gpu" else h.cores
     same_model = bool(r.gpu_model and h.gpu_model and (r.gpu_model.lower() in h.gpu_model.lower()
                                                        or h.gpu_model.lower() in r.gpu_model.lower()))
-    return (profile == "gpu" and not same_model, not (here and h.description.startswith("calibrated here")),
+    return (profile == "gpu" and not same_model, not (here and h.name == this_host_name()),
             abs(math.log(per_host / per_target)), h.name)
 
 
@@ -85,6 +84,12 @@ def _borrow(cal: Calibration, stage: str, profile: str, r: Resources, here: bool
             if m is not None:
                 return m, f"{h.name} ({pf})"
     return None, None
+
+
+def rapids_alloc_fraction() -> float:
+    """The share of each GPU's memory the RAPIDS pool takes under the gpu profile (conf/gpu.conf); the rest is cuML's."""
+    from jobs.launch.profiles import load_profile
+    return float(load_profile("gpu").get("spark.rapids.memory.gpu.allocFraction", "1.0"))
 
 
 def train_matrix_bytes(customers: int) -> int:
@@ -116,7 +121,7 @@ def estimate(profile: str, size: InputSize, r: Resources, cal: Calibration, here
                        f"--calibrate on one of yours")
     if profile == "gpu":
         need = train_matrix_bytes(size.customers) * CUML_COPIES
-        room = r.gpus * r.gpu_memory_gib * (1 - RAPIDS_ALLOC_FRACTION) * (1 << 30)
+        room = r.gpus * r.gpu_memory_gib * (1 - rapids_alloc_fraction()) * (1 << 30)
         if need > room:
             c.blockers.append(f"training matrix {need / (1 << 30):.1f} GiB > {room / (1 << 30):.1f} GiB the RAPIDS pool "
                            f"leaves on {r.gpus} GPU(s): the fit would run out of GPU memory; lower "
@@ -154,13 +159,14 @@ def factors(size: InputSize, r: Resources, cands: list[Candidate], best: Candida
         out.append("no GPU: the cpu profile is the only candidate")
     if gpu:
         gpu_total = r.gpus * r.gpu_memory_gib * (1 << 30)
+        alloc = rapids_alloc_fraction()
         out.append(f"data vs GPU memory: the CSV text is {size.text_bytes / gpu_total:.1%} of the GPUs' "
                    f"{_gib(gpu_total)}: clean's one shuffle per dataset "
-                   + ("fits in the RAPIDS pool" if size.text_bytes < RAPIDS_ALLOC_FRACTION * gpu_total else
-                      f"exceeds the RAPIDS pool ({_gib(RAPIDS_ALLOC_FRACTION * gpu_total)}): batches spill to host "
+                   + ("fits in the RAPIDS pool" if size.text_bytes < alloc * gpu_total else
+                      f"exceeds the RAPIDS pool ({_gib(alloc * gpu_total)}): batches spill to host "
                       f"memory, then disk")
                    + f"; the training matrix ({_gib(train_matrix_bytes(size.customers) * CUML_COPIES)} with the "
-                     f"solver's copy) must fit in the {1 - RAPIDS_ALLOC_FRACTION:.0%} the pool leaves")
+                     f"solver's copy) must fit in the {1 - alloc:.0%} the pool leaves")
         moved = size.text_bytes * 2
         out.append(f"host-device transfer: ingest's CSV scan and every Delta write stay on the CPU under gpu (RAPIDS "
                    f"25.04), so the tables cross the bus both ways: ~{_gib(moved)}, ~{moved / HOST_TO_DEVICE_GBPS / 1e9:.0f} s "
