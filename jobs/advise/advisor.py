@@ -178,6 +178,10 @@ def factors(size: InputSize, r: Resources, cands: list[Candidate], best: Candida
         out.append(f"estimated whole run: cpu {cpu.total_s:.0f} s, gpu {gpu.total_s:.0f} s ({ratio:.2f}x)"
                    + ("" if best is gpu or gpu.blockers else
                       f"; under {1 / (1 - PREFER_CPU_WITHIN):.2f}x the GPU does not pay for itself"))
+    # what a run costs, for the user's own prices: every core (and GPU) held for the whole run
+    out.append("resource time a run: " + "; ".join(
+        f"{c.profile} {r.cores * c.total_s / 3600:.2f} core-hours"
+        + (f" + {r.gpus * c.total_s / 3600:.3f} GPU-hours" if c.profile == "gpu" else "") for c in cands))
     if not r.local:
         out.append(f"cluster: {best.layout.executors} executor(s) of {best.layout.executor_cores} cores, "
                    f"{best.layout.task_slots} task slots; the estimate assumes linear scaling in "
