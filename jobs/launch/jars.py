@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-JARS_DIR = Path(__file__).resolve().parents[2] / "build" / "jars"
-DELTA_JARS = ("delta-spark_2.12-3.3.2.jar", "delta-storage-3.3.2.jar")
-RAPIDS_JAR = "rapids-4-spark_2.12-25.04.0.jar"
+ROOT = Path(__file__).resolve().parents[2]
+JARS_DIR = ROOT / "build" / "jars"
+
+
+def versions(path: Path = ROOT / "gradle.properties") -> dict[str, str]:
+    """The jar versions of gradle.properties (the one place they are set)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.strip().startswith("#"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+_V = versions()
+DELTA_JARS = (f"delta-spark_2.12-{_V['deltaVersion']}.jar", f"delta-storage-{_V['deltaVersion']}.jar")
+RAPIDS_JAR = f"rapids-4-spark_2.12-{_V['rapidsVersion']}.jar"
 # The generator's data source (jvm/), built by ``gradle generatorJar`` (scripts/setup).
 GENERATOR_JAR = JARS_DIR.parent / "generator" / "churn-generate.jar"
 
