@@ -306,12 +306,36 @@ def silver_rows(dataset: str):
     return transform
 
 
+# JSON string escapes as Spark's to_json writes them (Jackson): backslash and quote, the five short forms, every
+# other control character as \u00XX in upper-case hex; everything else as it is.
+_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"')] + [
+    (chr(i), _SHORT_ESCAPES.get(chr(i), f"\\u{i:04X}")) for i in range(32)]
+_ESCAPED = "".join(ch for ch, _ in JSON_ESCAPES)
+
+
+def json_string(c: Column) -> Column:
+    """``c`` as a JSON string literal, quotes included (null stays null). Built from replace/translate, which the
+    RAPIDS Accelerator runs on the GPU (its to_json is off by default); the replace chain only for values that
+    hold a character to escape (rare)."""
+    escaped = reduce(lambda acc, e: F.replace(acc, F.lit(e[0]), F.lit(e[1])), JSON_ESCAPES, c)
+    needs = F.length(F.translate(c, _ESCAPED, "")) < F.length(c)
+    return F.concat(F.lit('"'), F.when(needs, escaped).otherwise(c), F.lit('"'))
+
+
+def json_object(columns: tuple[str, ...]) -> Column:
+    """The string columns as one JSON object, nulls as null: byte for byte what
+    ``to_json(struct(*columns), {"ignoreNullFields": "false"})`` writes (tests/stages/test_clean.py holds them equal)."""
+    fields = [F.concat(F.lit(f'"{c}":'), F.coalesce(json_string(F.col(c)), F.lit("null"))) for c in columns]
+    return F.concat(F.lit("{"), F.concat_ws(",", *fields), F.lit("}"))
+
+
 def quarantine_rows(dataset: str):
     """Rows with a reason, in quarantine shape; ``raw`` holds every CSV field (nulls too) as JSON."""
     columns = DATASETS[dataset]
 
     def transform(df: DataFrame) -> DataFrame:
-        raw = F.to_json(F.struct(*columns), {"ignoreNullFields": "false"})
+        raw = json_object(columns)
         return df.where(F.col("reason").isNotNull()).select(
             F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), *LINEAGE,
             raw.alias("raw"), "reason", "detail").select(*QUARANTINE_COLUMNS)

@@ -197,6 +197,20 @@ def test_quarantine_rows_keep_every_raw_field_as_json_nulls_included(spark):
     assert_df_equality(got, expected)
 
 
+def test_quarantine_json_escapes_every_character_as_to_json_does(spark):
+    # Hand-written: a quote, a backslash, a line break, a tab and U+0001; then every control character, the
+    # characters JSON leaves alone (/, U+2028, DEL, non-ASCII, U+FFFD) and a null, against Spark's own to_json.
+    awkward = "".join(chr(i) for i in range(32)) + '"\\/\u2028\x7f\u00e9\ufffd'
+    df = spark.createDataFrame([('say "hi"\\\n\t\x01', None), (awkward, "plain"), ("", "")], "a string, b string")
+    got = [r[0] for r in df.select(clean.json_object(("a", "b"))).collect()]
+    assert got[0] == '{"a":"say \\"hi\\"\\\\\\n\\t\\u0001","b":null}'
+    assert got[2] == '{"a":"","b":""}'
+    spark_json = [r[0] for r in df.select(F.to_json(F.struct("a", "b"), {"ignoreNullFields": "false"})).collect()]
+    assert got == spark_json
+    import json
+    assert json.loads(got[1]) == {"a": awkward, "b": "plain"}
+
+
 def test_silver_rows_are_typed_and_canonical(spark):
     df = (bronze(spark, "customers", [customer(0, contract_type=" monthly ", internet_service="FIBRE optic",
                                                partner="y", monthly_charges=" 70.25 ")])
