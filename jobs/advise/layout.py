@@ -19,6 +19,9 @@ from jobs.core.errors import UserError
 MAX_GPUS_PER_NODE = 8          # the largest GPU servers sold (8-way HGX/DGX boards)
 CPU_EXECUTOR_CORES = (5, 4, 6, 3)
 SHUFFLE_TARGET_BYTES = {"cpu": 128 << 20, "gpu": 512 << 20}   # per shuffle partition (AQE coalesces below)
+# The profiles' spark.sql.shuffle.partitions (conf/base.conf): adaptive execution coalesces them to what the data
+# needs, so fewer is never advised (measured: 4 instead of 200 on 2 cores made clean at 200k customers 41.6 -> 50.4 s).
+PROFILE_SHUFFLE_PARTITIONS = 200
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ class Layout:
 
     def conf(self) -> dict[str, str]:
         """The Spark settings that carry this layout."""
-        c = {"spark.sql.shuffle.partitions": str(self.shuffle_partitions)}
+        c = ({} if self.shuffle_partitions == PROFILE_SHUFFLE_PARTITIONS
+             else {"spark.sql.shuffle.partitions": str(self.shuffle_partitions)})
         if self.executors:
             c.update({"spark.driver.memory": f"{self.driver_memory_gib}g","spark.executor.instances": str(self.executors),
                       "spark.executor.cores": str(self.executor_cores),
@@ -131,8 +135,11 @@ def _usable(r: Resources) -> tuple[int, int]:
 
 
 def shuffle_partitions(profile: str, shuffle_bytes: int, task_slots: int) -> int:
-    """Enough partitions for every task slot twice, and for none to pass its target size; a multiple of the slots."""
+    """The profile's 200, unless every task slot twice, or partitions no larger than the target size, need more:
+    then a multiple of the slots."""
     want = max(2 * task_slots, math.ceil(shuffle_bytes / SHUFFLE_TARGET_BYTES[profile]))
+    if want <= PROFILE_SHUFFLE_PARTITIONS:
+        return PROFILE_SHUFFLE_PARTITIONS
     return task_slots * math.ceil(want / task_slots)
 
 

@@ -178,8 +178,9 @@ def auto_profile(args: dict, master: str) -> tuple[str, list[str]]:
     best = advice.recommended
     others = ", ".join(f"{c.profile} {c.total_s:.0f} s" for c in advice.candidates if c is not best)
     print(f"pipeline: --profile auto: {best.profile} (estimated {best.total_s:.0f} s"
-          + (f"; {others}" if others else "") + f"), {' '.join('--conf ' + c for c in conf)}; "
-          f"scripts/advise --input DIR says why", file=sys.stderr)
+          + (f"; {others}" if others else "") + ")"
+          + (f" with {' '.join('--conf ' + c for c in conf)}" if conf else "")
+          + "; scripts/advise --input DIR says why", file=sys.stderr)
     return best.profile, conf
 
 
