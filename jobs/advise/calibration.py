@@ -127,25 +127,19 @@ class Calibration:
 def fit_line(pts: list[tuple[float, float]]) -> tuple[float, float]:
     """a, b >= 0 of t = a + b * x minimising sum(((a + b x - t) / t)^2)."""
     w = [1.0 / (t * t) if t > 0 else 0.0 for _, t in pts]
-
-    def solve(points, weights):
-        sw = sum(weights)
-        sx = sum(wi * x for wi, (x, _) in zip(weights, points))
-        st = sum(wi * t for wi, (_, t) in zip(weights, points))
-        sxx = sum(wi * x * x for wi, (x, _) in zip(weights, points))
-        sxt = sum(wi * x * t for wi, (x, t) in zip(weights, points))
-        det = sw * sxx - sx * sx
-        if det <= 0:
-            return None
-        return (st * sxx - sx * sxt) / det, (sw * sxt - sx * st) / det
-
-    ab = solve(pts, w)
-    if ab is not None and ab[0] >= 0 and ab[1] >= 0:
-        return ab
-    # a bound is active: the better of no fixed part (t = b x) and no per-record part (t = a)
+    sw = sum(w)
+    sx = sum(wi * x for wi, (x, _) in zip(w, pts))
+    st = sum(wi * t for wi, (_, t) in zip(w, pts))
     sxx = sum(wi * x * x for wi, (x, _) in zip(w, pts))
-    b = sum(wi * x * t for wi, (x, t) in zip(w, pts)) / sxx if sxx else 0.0
-    a = sum(wi * t for wi, (_, t) in zip(w, pts)) / sum(w) if sum(w) else 0.0
+    sxt = sum(wi * x * t for wi, (x, t) in zip(w, pts))
+    det = sw * sxx - sx * sx
+    if det > 0:
+        a, b = (st * sxx - sx * sxt) / det, (sw * sxt - sx * st) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    # a bound is active: the better of no fixed part (t = b x) and no per-record part (t = a)
+    b = sxt / sxx if sxx else 0.0
+    a = st / sw if sw else 0.0
 
     def err(aa, bb):
         return sum(wi * (aa + bb * x - t) ** 2 for wi, (x, t) in zip(w, pts))
@@ -175,12 +169,13 @@ def read(path: Path) -> Calibration:
 
 def load(paths: list[Path] | None = None) -> Calibration:
     """The repository's calibration and, when it exists, this machine's (``--calibrate``), merged."""
-    paths = paths or [p for p in (REPO_FILE, LOCAL_FILE) if p == REPO_FILE or p.is_file()]
+    paths = paths or [REPO_FILE] + ([LOCAL_FILE] if LOCAL_FILE.is_file() else [])
     merged = Calibration({}, [], [])
     for p in paths:
         c = read(p)
+        # a later file that describes a host again replaces that host's runs (a re-calibration of this machine)
+        merged.runs = [r for r in merged.runs if r.host not in c.hosts] + c.runs
         merged.hosts.update(c.hosts)
-        merged.runs = [r for r in merged.runs if r.host not in c.hosts or p == paths[0]] + c.runs
         merged.sources += c.sources
     return merged
 
@@ -217,7 +212,3 @@ def run_from_report(report: dict, *, source: str, host: str, profile: str, cores
 def _input_bytes(counts: dict) -> int:
     return sum(int(d.get("bytes", 0)) for d in counts.get("input", {}).values())
 
-
-def relative_error(estimate: float, measured: float) -> float:
-    """estimate / measured, as a ratio (1.0 = exact)."""
-    return estimate / measured if measured else math.inf
