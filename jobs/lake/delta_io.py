@@ -139,10 +139,14 @@ def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> i
     return overwrite_counted(df, path, partition_by).version
 
 
-def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> Commit:
-    """``overwrite``, returning the commit: its version and the rows it wrote."""
+def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = (),
+                      properties: dict[str, str] | None = None) -> Commit:
+    """``overwrite``, returning the commit: its version and the rows it wrote. ``properties`` (``delta.*`` table
+    properties) apply when the write creates the table; an existing table keeps its own."""
     plans.observe(df, path)
     writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    for key, value in (properties or {}).items():
+        writer = writer.option(key, value)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(path)

@@ -17,7 +17,7 @@ Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so
 """
 from __future__ import annotations
 
-from functools import reduce
+from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -36,6 +36,12 @@ from jobs.lake.session import conf_flag, session_conf, together
 # classifies again faster than Spark keeps and reads a CPU-side copy of its output (docs/gpu.md).
 MATERIALISE_KEY = "spark.churn.clean.materialise"
 LINEAGE = ("source_file", "record_number")
+# Delta keeps min/max/null counts of the first 32 columns of each file it writes; on silver's wide rows that is a
+# tenth of clean's work, and silver is laid out by a hash of the customer, so file skipping has little to gain from
+# most columns. Kept for what a reader of one customer or of a time range filters on. Table properties, set when
+# a silver table is created (a table created by an earlier version keeps its own).
+SILVER_PROPERTIES = {"customers": {"delta.dataSkippingStatsColumns": "customer_id"},
+                     "events": {"delta.dataSkippingStatsColumns": "customer_id,event_ts"}}
 KEPT = "kept"          # value of the internal _fate column for rows that go to silver
 DUPLICATE = "duplicate"
 
@@ -54,8 +60,8 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     bronze_e, record.read["bronze_events"] = delta_io.read_table(spark, lake, "bronze_events")
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
-    # One shuffle per dataset, by customer, of the raw rows: the checks, the duplicate and superseded windows and the
-    # join with the customers' status all run on that one partitioning (a window or join keyed by customer needs no
+    # One shuffle per dataset, by customer, of the raw rows: the duplicate window, the checks, the superseded window
+    # and the join with the customers' status all run on that one partitioning (a window or join keyed by customer needs no
     # other), spread over every core whatever the sizes of bronze's files (one per input file). Each classified
     # frame feeds three readers (silver, quarantine, the accounting): materialised once (see MATERIALISE_KEY).
     # Customers without whole-stage code generation (where they are computed: here, when materialised): fused into
@@ -63,24 +69,28 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     # expressions generated apart (200k customers: 20 -> 15.5 s of task time); the events' 7 columns gain from it.
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
+                                 .transform(with_copies_numbered(CUSTOMER_COLUMNS))
                                  .transform(with_checks("customers", as_of))
-                                 .transform(with_duplicates_marked(CUSTOMER_COLUMNS))
-                                 .transform(with_superseded_marked))
+                                 .transform(with_duplicates_marked)
+                                 .transform(with_superseded_marked)
+                                 .transform(outcome("customers")))
     events = materialised(spark, bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
+                          .transform(with_copies_numbered(EVENT_COLUMNS))
                           .transform(with_checks("events", as_of))
-                          .transform(with_duplicates_marked(EVENT_COLUMNS))
-                          .transform(with_customer_reasons(customer_status(customers, ingest_q))))
+                          .transform(with_duplicates_marked)
+                          .transform(with_customer_reasons(customer_status(customers, ingest_q)))
+                          .transform(outcome("events")))
     quarantine = (customers.transform(quarantine_rows("customers"))
                   .unionByName(events.transform(quarantine_rows("events")))
                   .repartition("dataset", "source_file"))   # few rows: a few right-sized files
     # Silver stays hash-partitioned by customer (the features stage aggregates per customer); adaptive execution
     # sizes its files. The three writes run side by side: under the gpu profiles the Delta writes run on the CPU
     # (RAPIDS 25.04 has no Delta 3.3 writer) while the next one's classification runs on the GPU.
+    silver = {ds: (df.transform(silver_rows(ds)), delta_io.table_path(lake, f"silver_{ds}"))
+              for ds, df in (("customers", customers), ("events", events))}
     commits = together({
-        "silver_customers": lambda: delta_io.overwrite_counted(customers.transform(silver_rows("customers")),
-                                                               delta_io.table_path(lake, "silver_customers")),
-        "silver_events": lambda: delta_io.overwrite_counted(events.transform(silver_rows("events")),
-                                                            delta_io.table_path(lake, "silver_events")),
+        **{f"silver_{ds}": partial(delta_io.overwrite_counted, df, path, properties=SILVER_PROPERTIES[ds])
+           for ds, (df, path) in silver.items()},
         "quarantine": lambda: delta_io.replace_where_counted(quarantine, delta_io.table_path(lake, "quarantine"),
                                                              f"stage = '{STAGE.name}'"),
     })
@@ -222,25 +232,30 @@ def impossible_dates(dataset: str, as_of: str) -> dict[str, Column]:
     return {"signup_date": (signup > as_of_d) | (signup < earliest), "birth_date": ~age.between(lo, hi)}
 
 
-def with_duplicates_marked(columns: tuple[str, ...]):
-    """``_fate`` = 'duplicate' for every valid row but the first (in input order) of identical raw fields;
-    'kept' for the other valid rows, the reason for invalid ones. Exact means the CSV fields as read, byte for
-    byte: two rows that differ only in spelling are different records (and, for customers, a conflict).
+def with_copies_numbered(columns: tuple[str, ...]):
+    """``_copy``: 1 for the first row (in input order: source_file, record_number) of each set of rows with
+    identical raw fields, 2, 3, ... for its copies. Exact means the CSV fields as read, byte for byte: two rows
+    that differ only in spelling are different records (and, for customers, a conflict).
 
-    The window's keys lead with a 64-bit hash of the raw fields, so its sort compares one long for almost every
-    pair of rows (the raw fields themselves only on a hash collision, and they stay keys, so a collision never
-    merges two records); they hold the customer key, so a frame partitioned by it (``run``) is not shuffled
-    again."""
+    Run on the raw rows, before the checks: the checks are a function of the raw fields alone, so copies share
+    their validity, and the window's sort moves rows without the typed columns. Its keys lead with a 64-bit hash
+    of the raw fields, so the sort compares one long for almost every pair of rows (the fields themselves only on a
+    hash collision, and they stay keys, so a collision never merges two records); they hold the customer key, so a
+    frame partitioned by it (``run``) is not shuffled again."""
     def transform(df: DataFrame) -> DataFrame:
-        # Invalid rows are partitioned apart: they are never duplicates, each keeps its own reason.
-        keyed = (df.transform(with_customer_key)
-                 .withColumn("_hash", F.xxhash64(*columns)).withColumn("_valid", F.col("reason").isNull()))
-        copies = Window.partitionBy("_hash", CUSTOMER_KEY, "_valid", *columns).orderBy(*LINEAGE)
-        ranked = keyed.withColumn("_copy", F.row_number().over(copies))
-        fate = (F.when(~F.col("_valid"), F.col("reason"))
-                .when(F.col("_copy") > 1, F.lit(DUPLICATE)).otherwise(F.lit(KEPT)))
-        return ranked.withColumn("_fate", fate).drop("_copy", "_hash", "_valid")
+        keyed = df.transform(with_customer_key).withColumn("_hash", F.xxhash64(*columns))
+        copies = Window.partitionBy("_hash", CUSTOMER_KEY, *columns).orderBy(*LINEAGE)
+        return keyed.withColumn("_copy", F.row_number().over(copies)).drop("_hash")
     return transform
+
+
+def with_duplicates_marked(df: DataFrame) -> DataFrame:
+    """``_fate`` of a checked row with ``_copy`` (``with_copies_numbered``): its reason if invalid (invalid rows are
+    never deduplicated: each keeps its own quarantine row), 'duplicate' for a later copy of a valid row, else
+    'kept'."""
+    fate = (F.when(F.col("reason").isNotNull(), F.col("reason"))
+            .when(F.col("_copy") > 1, F.lit(DUPLICATE)).otherwise(F.lit(KEPT)))
+    return df.withColumn("_fate", fate).drop("_copy")
 
 
 def with_superseded_marked(df: DataFrame) -> DataFrame:
@@ -294,15 +309,28 @@ def with_customer_reasons(status: DataFrame):
     return transform
 
 
-def silver_rows(dataset: str):
-    """Kept rows with typed, canonical columns in contract order, plus lineage."""
+def outcome(dataset: str):
+    """A classified row reduced to what its writers read: the silver columns (typed, canonical, trimmed ids, in
+    contract order), the lineage, ``_fate``, ``reason``, ``detail`` and ``raw`` (every CSV field as JSON,
+    ``json_object``; only for a row with a reason, the others never reach the quarantine). The raw fields and
+    the classification's helper columns are dropped here, so a materialised frame keeps rows half as wide."""
     columns = DATASETS[dataset]
     typed = set(NUMBERS[dataset]) | set(DATES[dataset]) | set(CATEGORIES_OF[dataset])
 
     def transform(df: DataFrame) -> DataFrame:
         out = [F.col(f"t_{c}").alias(c) if c in typed else F.trim(F.col(c)).alias(c) if c.endswith("_id")
                else F.col(c) for c in columns]
-        return df.where(F.col("_fate") == KEPT).select(*out, *LINEAGE)
+        raw = F.when(F.col("reason").isNotNull(), json_object(columns))
+        return df.select(*out, *LINEAGE, "_fate", "reason", "detail", raw.alias("raw"))
+    return transform
+
+
+def silver_rows(dataset: str):
+    """Kept rows of an ``outcome`` frame: the silver columns in contract order, plus lineage."""
+    columns = DATASETS[dataset]
+
+    def transform(df: DataFrame) -> DataFrame:
+        return df.where(F.col("_fate") == KEPT).select(*columns, *LINEAGE)
     return transform
 
 
@@ -331,14 +359,11 @@ def json_object(columns: tuple[str, ...]) -> Column:
 
 
 def quarantine_rows(dataset: str):
-    """Rows with a reason, in quarantine shape; ``raw`` holds every CSV field (nulls too) as JSON."""
-    columns = DATASETS[dataset]
-
+    """Rows of an ``outcome`` frame with a reason, in quarantine shape (``raw``: every CSV field, nulls too)."""
     def transform(df: DataFrame) -> DataFrame:
-        raw = json_object(columns)
         return df.where(F.col("reason").isNotNull()).select(
             F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), *LINEAGE,
-            raw.alias("raw"), "reason", "detail").select(*QUARANTINE_COLUMNS)
+            "raw", "reason", "detail").select(*QUARANTINE_COLUMNS)
     return transform
 
 

@@ -117,7 +117,8 @@ def test_exact_duplicates_keep_the_first_copy_and_ignore_invalid_and_respelled_r
         event(3, channel="WEB"),                            # differs in raw text: not a duplicate
         event(4, amount="x"), event(5, amount="x"),         # identical but invalid: both keep their reason
     ]).withColumn("reason", F.when(F.col("amount") == "x", F.lit("bad_number")))
-    got = df.transform(clean.with_duplicates_marked(EVENT_COLUMNS)).select("record_number", "_fate")
+    got = (df.transform(clean.with_copies_numbered(EVENT_COLUMNS)).transform(clean.with_duplicates_marked)
+           .select("record_number", "_fate"))
     expected = spark.createDataFrame([(0, "kept"), (1, "duplicate"), (2, "duplicate"), (3, "kept"),
                                       (4, "bad_number"), (5, "bad_number")], "record_number long, _fate string")
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
@@ -135,8 +136,9 @@ def test_conflicting_customers_latest_updated_at_wins_ties_go_to_the_later_recor
         customer(7, customer_id=" C4", updated_at="2026-01-01 00:00:00"),   # the same customer as silver knows it
         customer(8, customer_id="C4 ", updated_at="2026-02-01 00:00:00"),
     ]
-    got = (bronze(spark, "customers", rows).transform(clean.with_checks("customers", AS_OF))
-           .transform(clean.with_duplicates_marked(CUSTOMER_COLUMNS)).transform(clean.with_superseded_marked)
+    got = (bronze(spark, "customers", rows).transform(clean.with_copies_numbered(CUSTOMER_COLUMNS))
+           .transform(clean.with_checks("customers", AS_OF))
+           .transform(clean.with_duplicates_marked).transform(clean.with_superseded_marked)
            .select("record_number", "_fate", "reason", "detail"))
     expected = spark.createDataFrame([
         (0, "superseded", "superseded", "superseded by customers-00000.csv:1"),
@@ -187,9 +189,9 @@ def test_events_of_unknown_and_rejected_customers(spark):
 
 
 def test_quarantine_rows_keep_every_raw_field_as_json_nulls_included(spark):
-    df = bronze(spark, "events", [event(7, amount="x", note=None)]) \
-        .withColumn("reason", F.lit("bad_number")).withColumn("detail", F.lit("amount"))
-    got = df.transform(clean.quarantine_rows("events"))
+    df = (bronze(spark, "events", [event(7, amount="x", note=None), event(8)])
+          .transform(clean.with_checks("events", AS_OF)).withColumn("_fate", F.coalesce("reason", F.lit("kept"))))
+    got = df.transform(clean.outcome("events")).transform(clean.quarantine_rows("events"))
     raw = ('{"event_id":"E000000000001","customer_id":"C0000000001","event_ts":"2026-03-01 12:00:00",'
            '"event_type":"charge","amount":"x","channel":"web","note":null}')
     expected = spark.createDataFrame([("events", "clean", "events-00000.csv", 7, raw, "bad_number", "amount")],
@@ -215,7 +217,7 @@ def test_silver_rows_are_typed_and_canonical(spark):
     df = (bronze(spark, "customers", [customer(0, contract_type=" monthly ", internet_service="FIBRE optic",
                                                partner="y", monthly_charges=" 70.25 ")])
           .transform(clean.with_checks("customers", AS_OF)).withColumn("_fate", F.lit("kept")))
-    got = df.transform(clean.silver_rows("customers")).select(
+    got = df.transform(clean.outcome("customers")).transform(clean.silver_rows("customers")).select(
         "contract_type", "internet_service", "partner", "monthly_charges", "signup_date",
         F.col("updated_at").cast("string"))
     expected = spark.createDataFrame(
