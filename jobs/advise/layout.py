@@ -70,14 +70,28 @@ def check(r: Resources) -> Resources:
     return r
 
 
-def detect() -> Resources:
-    """This machine: its cores, memory and (nvidia-smi) GPUs."""
+def machine_memory_gib() -> float:
+    """This machine's memory (MemTotal), or its container's limit (cgroup v2 ``memory.max``) when lower; 0 if
+    neither can be read."""
     mem_gib = 0.0
     try:
         with open("/proc/meminfo") as f:
             mem_gib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal")) / (1 << 20)
-    except (OSError, StopIteration):
+    except (OSError, StopIteration, ValueError):
         pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            mem_gib = min(mem_gib, int(limit) / (1 << 30)) if mem_gib else int(limit) / (1 << 30)
+    except OSError:
+        pass
+    return mem_gib
+
+
+def detect() -> Resources:
+    """This machine: its cores, memory and (nvidia-smi) GPUs."""
+    mem_gib = machine_memory_gib()
     gpus, gpu_mem, model = 0, 0.0, ""
     if shutil.which("nvidia-smi"):
         try:
@@ -158,7 +172,7 @@ def plan(profile: str, r: Resources, shuffle_bytes: int) -> Layout:
     if r.local:
         slots = r.cores_per_node
         pinned = min(8, max(1, mem // 8)) if profile == "gpu" else 0
-        # the driver runs every task: the profile's driver memory stands (docs/memory.md has the peaks)
+        # the driver runs every task, with the launcher's local heap (jobs/launch/submit.py local_driver_memory)
         return Layout(profile, "local[*]", 0, 0, slots, 0, 0, 0, slots, 0,
                       shuffle_partitions(profile, shuffle_bytes, slots),
                       round(1 / slots, 6) if profile == "gpu" else 0.0, pinned)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.launch import jars, profiles, submit
+from jobs.launch import jars, profiles, settings, submit
 from jobs.stages import generate
 from tests.support.sessions import ROOT, run_python
 
@@ -60,6 +60,25 @@ def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
     job["spark.jars"] = ",".join(str(j) for j in jars.jars_for(rapids=False))   # the profile's Delta catalog
     # Before the fix this job never finished: the process outlived the timeout and the test failed.
     assert "rows 1000" in run_python(LOCAL_GPU_PROFILE_JOB, json.dumps(job), timeout=180)
+
+
+def test_local_mode_gives_the_driver_half_the_machines_memory_but_never_less_than_the_profile():
+    """Under local[*] the driver is the one executor; worked by hand: 24 GiB -> 12g over the cpu profile's 6g,
+    8 GiB -> the profile's 6g stands, a cluster master keeps the profile's, a --conf still wins."""
+    cpu = profiles.load_profile("cpu")
+    assert cpu["spark.driver.memory"] == "6g"
+    assert submit.local_driver_memory(cpu, 24.0) == {"spark.driver.memory": "12g"}
+    assert submit.local_driver_memory(cpu, 23.5) == {"spark.driver.memory": "11g"}
+    assert submit.local_driver_memory(cpu, 8.0) == {}
+    assert submit.local_driver_memory({"spark.driver.memory": "6144m"}, 13.9) == {}    # 6 GiB is not above 6g
+    assert submit.local_driver_memory({}, 2.5) == {}                                   # Spark's default 1g
+    assert submit.local_driver_memory({}, 4.2) == {"spark.driver.memory": "2g"}
+    assert [submit.memory_gib(v) for v in ("6g", "6144m", "6144", "2T", "1048576k", "8G", "512mb")] == \
+        [6.0, 6.0, 6.0, 2048.0, 1.0, 8.0, 0.5]
+    assert submit.for_master(cpu, "spark://127.0.0.1:7077")["spark.driver.memory"] == "6g"
+    local = submit.for_master(cpu, "local[*]")
+    assert submit.memory_gib(local["spark.driver.memory"]) >= 6.0
+    assert settings.check(local, ["spark.driver.memory=2g"])["spark.driver.memory"] == "2g"
 
 
 def free_port() -> int:
