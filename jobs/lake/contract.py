@@ -160,7 +160,7 @@ LABEL_WINDOW_DAYS = 90
 # Delta tables under the lake root (--lake). All Delta I/O goes through jobs.lake.delta_io.
 # ---------------------------------------------------------------------------------------------------------
 TABLES = {
-    "bronze_customers": "bronze/customers",
+    "bronze_customers": "bronze/customers",     # every record: the CSV fields, lineage, record_lines, MALFORMED
     "bronze_events": "bronze/events",
     "quarantine": "quarantine",                 # dataset, stage, source_file, record_number, raw, reason, detail
     "silver_customers": "silver/customers",
@@ -169,6 +169,8 @@ TABLES = {
     "predictions": "gold/predictions",          # customer_id, churn_probability, decile, run_id
     "runs": "runs",                             # one row per train run: run_id, metrics and metadata as JSON
 }
+# Bronze's flag: null for a record ingest keeps, else struct(reason, detail, raw) as its quarantine row holds them.
+MALFORMED = "malformed"
 QUARANTINE_COLUMNS = ("dataset", "stage", "source_file", "record_number", "raw", "reason", "detail")
 
 # ---------------------------------------------------------------------------------------------------------

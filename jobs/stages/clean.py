@@ -27,8 +27,8 @@ from jobs.core.stage import REQUIRED as NO_DEFAULT, Stage, StageRecord
 from jobs.lake import delta_io
 from jobs.lake.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASON, CATEGORIES, CLEAN_CHECK_ORDER,
                                 CUSTOMER_CATEGORICALS, CUSTOMER_COLUMNS, DATASETS, DATE_FORMAT, EARLIEST_DATE,
-                                EVENT_CATEGORICALS, EVENT_COLUMNS, MONTHLY_CHARGES_RANGE, QUARANTINE_COLUMNS,
-                                REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
+                                EVENT_CATEGORICALS, EVENT_COLUMNS, MALFORMED, MONTHLY_CHARGES_RANGE,
+                                QUARANTINE_COLUMNS, REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
 from jobs.lake.session import conf_flag, session_conf, together
 
 # Whether the two classified frames are materialised for their readers (``materialised``). The cpu profile keeps
@@ -58,6 +58,7 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     record = StageRecord(STAGE.name, extra={"as_of": as_of})
     bronze_c, record.read["bronze_customers"] = delta_io.read_table(spark, lake, "bronze_customers")
     bronze_e, record.read["bronze_events"] = delta_io.read_table(spark, lake, "bronze_events")
+    bronze_c, bronze_e = well_formed(bronze_c), well_formed(bronze_e)   # the malformed are ingest's quarantine's
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
     # One shuffle per dataset, by customer, of the raw rows: the duplicate window, the checks, the superseded window
@@ -111,6 +112,14 @@ STAGE = Stage("clean", "bronze -> silver (typed, canonical, deduplicated) + the 
               params=(LAKE, AS_OF.but(default=NO_DEFAULT)),
               reads=("bronze_customers", "bronze_events", "quarantine"),
               writes=("silver_customers", "silver_events", "quarantine"), describe=_describe)
+
+
+def well_formed(bronze: DataFrame) -> DataFrame:
+    """A bronze table's records that ingest kept, without its flag (``contract.MALFORMED``; a table written before
+    bronze held the malformed records has no flag, and only those)."""
+    if MALFORMED not in bronze.columns:
+        return bronze
+    return bronze.where(F.col(MALFORMED).isNull()).drop(MALFORMED)
 
 
 def materialised(spark: SparkSession, df: DataFrame) -> DataFrame:

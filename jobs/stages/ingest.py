@@ -1,4 +1,5 @@
-"""Ingest: CSV files -> bronze Delta tables (every field a string) + the 'ingest' slice of the quarantine.
+"""Ingest: CSV files -> bronze Delta tables (every field a string, every record) + the 'ingest' slice of the
+quarantine.
 
     scripts/submit ingest --input data/raw --lake data/lake
 
@@ -7,15 +8,16 @@ schemas (never inferred). A record whose field count differs from the header goe
 ``wrong_field_count`` and its raw text as read; nothing is dropped silently (see docs/etl.md):
 
 - PERMISSIVE mode pads short records and truncates long ones without a word, unless the schema holds a
-  corrupt-record column: then Spark puts the record's raw text there for both. We add that column and split
-  on it.
+  corrupt-record column: then Spark puts the record's raw text there for both. We add that column and flag
+  the record on it.
 - Each row carries its file name and its 0-based record number within the file (header excluded). A CSV file
   read with multiLine is never split, and ingest makes every file its own task (``one_task_per_file``), so a
   task's rows are one file's records in order: the low 33 bits of ``monotonically_increasing_id`` (the row's
   index within its task) are the record number. No join, no second pass for it.
 
-The CSV is parsed twice and never cached: once for bronze, once for the (few) malformed records, which is
-cheaper than persisting every parsed row. The per-file accounting checks that both parses agree, and the input
+The CSV is parsed once: bronze holds every record, with ``malformed`` (why ingest rejects it: null for most)
+beside its fields, and the quarantine's ingest slice is read back from bronze's flagged rows. Clean reads only
+the others (``clean.well_formed``). The per-file accounting checks that bronze holds each record once, and the input
 files' sizes and modification times are compared before and after. It reads bronze's side from the bronze
 commit's per-file statistics (row count, min/max of the lineage columns) rather than re-reading bronze, and
 falls back to a scan of bronze's lineage columns whenever those statistics cannot be exact.
@@ -33,7 +35,7 @@ from jobs.core.errors import UserError
 from jobs.core.params import DATA_IN, LAKE
 from jobs.core.stage import Stage, StageRecord
 from jobs.lake import delta_io
-from jobs.lake.contract import DATASETS, QUARANTINE_COLUMNS, string_schema
+from jobs.lake.contract import DATASETS, MALFORMED, QUARANTINE_COLUMNS, string_schema
 from jobs.lake.session import conf_flag, session_conf, together
 
 CORRUPT = "_corrupt_record"
@@ -72,8 +74,9 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
 
 def write_tables(spark: SparkSession, files: dict[str, list[str]],
                  lake: str) -> tuple[dict[str, int], dict[tuple[str, str], tuple[int, int]]]:
-    """Bronze and the quarantine's ingest slice; returns the versions written, and each file's physical and
-    blank lines (``physical_lines``, read beside the bronze writes)."""
+    """Bronze (every record, the malformed ones flagged) and the quarantine's ingest slice (bronze's malformed
+    records); returns the versions written, and each file's physical and blank lines (``physical_lines``, read
+    beside the bronze writes)."""
     with one_task_per_file(spark), session_conf(spark, plugin_conf(spark)):
         # The two bronze writes run side by side: a dataset of few files (the customers: one task per file) would
         # otherwise leave most cores idle for its whole write.
@@ -84,8 +87,10 @@ def write_tables(spark: SparkSession, files: dict[str, list[str]],
                                 for name, df in bronze.items()},
                              "physical": partial(physical_lines, spark, files)})
         wrote = {name: done[name] for name in bronze}
-        parts = [extract(spark, files[ds], columns).transform(quarantine_rows(ds))
-                 for ds, columns in DATASETS.items()]
+        # Read back from bronze, not parsed again: a scan of the flag (almost all null; Parquet's own null counts
+        # let whole row groups be skipped), and of the other columns only where it is set.
+        parts = [delta_io.read_table(spark, lake, f"bronze_{ds}", wrote[f"bronze_{ds}"])[0]
+                 .transform(quarantine_rows(ds)) for ds in DATASETS]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.
         quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
         wrote["quarantine"] = delta_io.replace_where(
@@ -308,10 +313,28 @@ def swallowed_records(columns: tuple[str, ...]) -> Column:
                         for c in columns])
 
 
+def malformed(columns: tuple[str, ...]) -> Column:
+    """Null for a well-formed record; else why ingest rejects it, as the quarantine's (reason, detail, raw): a wrong
+    field count with the raw text exactly as Spark read it; a field that swallowed whole records
+    (``swallowed_records``, given as the column ``_swallowed``) with the fields written back as CSV."""
+    corrupt, swallowed = F.col(CORRUPT), F.col("_swallowed")
+    return (F.when(corrupt.isNotNull(),
+                   F.struct(F.lit("wrong_field_count").alias("reason"),
+                            F.lit(f"expected {len(columns)} fields").alias("detail"), corrupt.alias("raw")))
+            .when(swallowed.isNotNull(),
+                  F.struct(F.lit("unclosed_quote").alias("reason"),
+                           F.concat(swallowed, F.lit(" holds whole records: a quote opened there is never closed"))
+                           .alias("detail"),
+                           as_csv(columns).alias("raw"))))
+
+
 def bronze_rows(columns: tuple[str, ...]):
+    """Every parsed record: its fields, lineage, ``record_lines`` and ``MALFORMED`` (null unless ingest rejects
+    it). One parse feeds bronze, and the quarantine's ingest slice is read back from it (``quarantine_rows``)."""
     def transform(df: DataFrame) -> DataFrame:
-        return (df.where(F.col(CORRUPT).isNull() & swallowed_records(columns).isNull())
-                .select(*columns, *LINEAGE, record_lines(columns).alias("record_lines")))
+        return (df.select("*", swallowed_records(columns).alias("_swallowed"))
+                .select(*columns, *LINEAGE, record_lines(columns).alias("record_lines"),
+                        malformed(columns).alias(MALFORMED)))
     return transform
 
 
@@ -339,23 +362,11 @@ def as_csv(columns: tuple[str, ...]) -> Column:
 
 
 def quarantine_rows(dataset: str):
-    """Malformed records in quarantine shape: a wrong field count with the raw text exactly as Spark read it; a
-    field that swallowed whole records (``swallowed_records``) with the fields written back as CSV."""
-    columns = DATASETS[dataset]
-    expected = len(columns)
-
+    """Bronze's malformed records (``bronze_rows``) in quarantine shape."""
     def transform(df: DataFrame) -> DataFrame:
-        swallowed = swallowed_records(columns)
-        return (df.select("*", swallowed.alias("_swallowed"))
-                .where(F.col(CORRUPT).isNotNull() | F.col("_swallowed").isNotNull())
-                .select(F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), "source_file",
-                        "record_number",
-                        F.coalesce(F.col(CORRUPT), as_csv(columns)).alias("raw"),
-                        F.when(F.col(CORRUPT).isNotNull(), F.lit("wrong_field_count"))
-                        .otherwise(F.lit("unclosed_quote")).alias("reason"),
-                        F.when(F.col(CORRUPT).isNotNull(), F.lit(f"expected {expected} fields"))
-                        .otherwise(F.concat(F.col("_swallowed"), F.lit(" holds whole records: a quote opened there "
-                                                                        "is never closed"))).alias("detail"))
+        return (df.where(F.col(MALFORMED).isNotNull())
+                .select(F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), *LINEAGE,
+                        *[F.col(f"{MALFORMED}.{f}").alias(f) for f in ("raw", "reason", "detail")])
                 .select(*QUARANTINE_COLUMNS))
     return transform
 
@@ -371,12 +382,12 @@ FILE_STATS_SCHEMA = ("numRecords long, minValues struct<source_file: string, rec
 
 
 def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]]) -> dict:
-    """Per dataset and file: records (= last record number + 1), rows in bronze, rows quarantined.
-    A file with a header and no records is listed with zeros.
+    """Per dataset and file: records (bronze holds every one), rows kept (``bronze``: well-formed, what clean
+    reads) and rows quarantined (bronze's malformed ones). A file with a header and no records is listed with zeros.
 
-    Bronze's per-file figures come from the statistics Delta wrote with each of its data files (row count and
-    min/max of ``source_file`` / ``record_number``, ``bronze_counts_from_commit``); where those cannot be exact,
-    from a scan of bronze's lineage columns. The quarantine's from its ingest slice (few rows)."""
+    Bronze's per-file figures (rows, first and last record number) come from the statistics Delta wrote with
+    each of its data files (``bronze_counts_from_commit``); where those cannot be exact, from a scan of bronze's
+    lineage columns. The quarantine's from its ingest slice (few rows)."""
     names = {ds: {file_name(spark, p) for p in paths[ds]} for ds in DATASETS}
     bronze = {ds: bronze_counts_from_commit(spark, delta_io.table_path(lake, f"bronze_{ds}"),
                                             versions[f"bronze_{ds}"], names[ds]) for ds in DATASETS}
@@ -401,19 +412,18 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
     files: dict = {ds: {name: {"records": 0, "bronze": 0, "quarantined": 0} for name in names[ds]}
                    for ds in DATASETS}
     for (ds, name), got in found.items():
-        b_rows, b_first, b_last = got.get("bronze", (0, None, None))
-        q_rows, q_first, q_last = got.get("quarantined", (0, None, None))
-        rows = b_rows + q_rows
-        first = min(x for x in (b_first, q_first) if x is not None)
-        last = max(x for x in (b_last, q_last) if x is not None)
-        # Every record in exactly one of bronze / quarantine, numbered 0..n-1: anything else (a task that read
-        # two files, a record in both tables or in neither, a row naming no input file) fails the stage here.
-        if name not in names[ds] or first != 0 or last + 1 != rows:
-            raise RuntimeError(f"{ds} {name}: bronze + quarantine hold {rows} rows numbered {first}..{last}"
-                               f"{'' if name in names[ds] else ' of a file not in the input'}, not each record "
+        rows, first, last = got.get("bronze", (0, 0, -1))
+        q_rows, q_first, q_last = got.get("quarantined", (0, 0, -1))
+        # Every record once in bronze, numbered 0..n-1, and the quarantined ones among them: anything else (a task
+        # that read two files, a record missing or twice, a row naming no input file) fails the stage here.
+        if (name not in names[ds] or first != 0 or last + 1 != rows
+                or q_rows > rows or (q_rows and (q_first < 0 or q_last >= rows))):
+            raise RuntimeError(f"{ds} {name}: bronze holds {rows} rows numbered {first}..{last} and the quarantine "
+                               f"{q_rows} numbered {q_first}..{q_last}"
+                               f"{'' if name in names[ds] else ', of a file not in the input'}, not each record "
                                f"once: ingest's accounting does not add up (a task read more than one file, or "
                                f"a bug in ingest)")
-        files[ds][name] = {"records": rows, "bronze": b_rows, "quarantined": q_rows}
+        files[ds][name] = {"records": rows, "bronze": rows - q_rows, "quarantined": q_rows}
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}
               for ds in DATASETS}
     # Flat figures first (rows in bronze per dataset, quarantined in all) for progress lines and the report.
@@ -440,13 +450,13 @@ def physical_lines(spark: SparkSession, files: dict[str, list[str]]) -> dict[tup
 
 
 def line_breaks_by_file(spark: SparkSession, lake: str, versions: dict[str, int]) -> dict[tuple[str, str], int]:
-    """(dataset, file name) -> line breaks inside the file's records: bronze's ``record_lines`` (a scan of two narrow
-    columns) and the quarantined records' raw text. A field swallowed by a quote that never closes runs to the end
+    """(dataset, file name) -> line breaks inside the file's records: bronze's ``record_lines`` of its well-formed
+    records (a scan of narrow columns) and the quarantined records' raw text. A field swallowed by a quote that never closes runs to the end
     of its file, so its last line break is the file's own, which the text reader does not count as a line."""
     out: dict[tuple[str, str], int] = {}
     for ds in DATASETS:
         b, _ = delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])
-        for r in (b.where(F.col("record_lines") > 1).groupBy("source_file")
+        for r in (b.where(F.col(MALFORMED).isNull() & (F.col("record_lines") > 1)).groupBy("source_file")
                   .agg(F.sum(F.col("record_lines") - 1).alias("breaks")).collect()):  # one row per input file
             out[(ds, r["source_file"])] = int(r["breaks"])
     q, _ = delta_io.read_table(spark, lake, "quarantine", versions["quarantine"])

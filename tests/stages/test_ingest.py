@@ -41,12 +41,16 @@ def test_ingest_catches_short_and_long_rows_with_raw_text_file_and_record_number
     ], got_q.schema)
     assert_df_equality(got_q, expected_q, ignore_row_order=True, ignore_nullable=True)
 
-    got_b = spark.read.format("delta").load(f"{lake}/bronze/events").select("event_id", "note", "source_file",
-                                                                            "record_number")
+    # Bronze holds every record; the malformed ones flagged (clean reads the others).
+    got_b = spark.read.format("delta").load(f"{lake}/bronze/events").select(
+        "event_id", "note", "source_file", "record_number", F.col("malformed.reason").alias("malformed"))
     expected_b = spark.createDataFrame([
-        ("E1", 'a, "quoted"\nsecond line', "events-00000.csv", 0),
-        ("E4", None, "events-00000.csv", 3),
-        ("E6", "ok", "events-00001.csv", 1),
+        ("E1", 'a, "quoted"\nsecond line', "events-00000.csv", 0, None),
+        ("E2", None, "events-00000.csv", 1, "wrong_field_count"),
+        ("E3", "x", "events-00000.csv", 2, "wrong_field_count"),
+        ("E4", None, "events-00000.csv", 3, None),
+        ("E5", "y\nz", "events-00001.csv", 0, "wrong_field_count"),
+        ("E6", "ok", "events-00001.csv", 1, None),
     ], got_b.schema)
     assert_df_equality(got_b, expected_b, ignore_row_order=True, ignore_nullable=True)
 
@@ -102,8 +106,10 @@ def test_ingest_record_numbers_count_each_file_from_zero_however_spark_packs_or_
                                                                              "event_id")
     q = (spark.read.format("delta").load(f"{lake}/quarantine")
          .select("source_file", "record_number", F.split("raw", ",")[0].alias("event_id")))
-    assert sorted(tuple(r) for r in bronze.unionByName(q).collect()) == sorted(expected)
-    assert q.count() == sum((40 + 17 * f) // 7 for f in range(4))
+    # Bronze holds every record once; the quarantine the malformed ones among them.
+    assert sorted(tuple(r) for r in bronze.collect()) == sorted(expected)
+    quarantined = [tuple(r) for r in q.collect()]
+    assert set(quarantined) <= set(expected) and len(quarantined) == sum((40 + 17 * f) // 7 for f in range(4))
     assert record.counts["totals"]["events"]["records"] == len(expected)
     assert spark.conf.get("spark.sql.files.openCostInBytes") == open_cost   # restored
 
@@ -254,8 +260,9 @@ def test_a_quote_that_never_closes_sends_its_record_and_the_ones_it_swallowed_to
     lake = str(tmp_path / "lake")
     record = ingest.run(spark, inp, lake)
 
-    bronze = spark.read.format("delta").load(f"{lake}/bronze/events")
-    assert [r["event_id"] for r in bronze.collect()] == ["E1"]
+    bronze = spark.read.format("delta").load(f"{lake}/bronze/events").orderBy("record_number")
+    assert [(r["event_id"], r["malformed"] and r["malformed"]["reason"]) for r in bronze.collect()] == [
+        ("E1", None), ("E2", "unclosed_quote")]
     q = spark.read.format("delta").load(f"{lake}/quarantine").collect()
     assert [(r["record_number"], r["reason"], r["detail"]) for r in q] == [
         (1, "unclosed_quote", "note holds whole records: a quote opened there is never closed")]
