@@ -37,3 +37,16 @@ def test_a_decile_may_move_by_one_at_its_edge_when_probabilities_agree():
     right = {"__rows": 3, "decile": {"kind": "exact", "nulls": 0, "checksum": "2"}}
     assert compare.compare_profiles(left, right, compare.DERIVED_COLUMNS["predictions"]) == []
     assert compare.compare_profiles(left, right) != []
+
+
+def test_a_struct_of_strings_is_compared_exactly(spark):
+    """Bronze's ``malformed`` (struct of reason, detail, raw): a difference inside it is a difference."""
+    from tools import compare
+
+    schema = "id string, malformed struct<reason: string, detail: string, raw: string>"
+    base = [("a", None), ("b", ("wrong_field_count", "expected 7 fields", "b,1"))]
+    moved = [("a", None), ("b", ("wrong_field_count", "expected 7 fields", "b,2"))]
+    left = compare.column_profile(spark.createDataFrame(base, schema))
+    assert left["malformed"]["kind"] == "exact"
+    assert compare.compare_profiles(left, compare.column_profile(spark.createDataFrame(list(base), schema))) == []
+    assert compare.compare_profiles(left, compare.column_profile(spark.createDataFrame(moved, schema))) != []
