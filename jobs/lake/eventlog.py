@@ -36,10 +36,14 @@ TASK_TOTALS = {"run_ms": "Executor Run Time", "gc_ms": "JVM GC Time",
 
 def _grouped(path: str | Path):
     """Each event of the log with the job group of its Spark stage (None where the event names no stage). One
-    pass: a job's start, which names its stages and carries its group, comes before anything of those stages."""
+    pass: a job's start, which names its stages and carries its group, comes before anything of those stages.
+    A log still being written (the report reads its own application's) may end in an event only partly flushed:
+    Spark ends every event with a line break, so a last line without one is left out."""
     group_of_stage: dict[int, str] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
+            if not line.endswith("\n"):
+                break
             e = json.loads(line)
             if e["Event"] == "SparkListenerJobStart":
                 group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
