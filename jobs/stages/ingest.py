@@ -17,8 +17,8 @@ schemas (never inferred). A record whose field count differs from the header goe
 
 The CSV is parsed once: bronze holds every record, with ``malformed`` (why ingest rejects it: null for most)
 beside its fields, and the quarantine's ingest slice is read back from bronze's flagged rows. Clean reads only
-the others (``clean.well_formed``). The per-file accounting checks that bronze holds each record once, and the input
-files' sizes and modification times are compared before and after. It reads bronze's side from the bronze
+the others (``clean.well_formed``). The per-file accounting checks that bronze holds each record once, and the
+input files' sizes and modification times are compared before and after. It reads bronze's side from the bronze
 commit's per-file statistics (row count, min/max of the lineage columns) rather than re-reading bronze, and
 falls back to a scan of bronze's lineage columns whenever those statistics cannot be exact.
 """
@@ -451,8 +451,9 @@ def physical_lines(spark: SparkSession, files: dict[str, list[str]]) -> dict[tup
 
 def line_breaks_by_file(spark: SparkSession, lake: str, versions: dict[str, int]) -> dict[tuple[str, str], int]:
     """(dataset, file name) -> line breaks inside the file's records: bronze's ``record_lines`` of its well-formed
-    records (a scan of narrow columns) and the quarantined records' raw text. A field swallowed by a quote that never closes runs to the end
-    of its file, so its last line break is the file's own, which the text reader does not count as a line."""
+    records (a scan of narrow columns) and the quarantined records' raw text. A field swallowed by a quote that
+    never closes runs to the end of its file, so its last line break is the file's own, which the text reader does
+    not count as a line."""
     out: dict[tuple[str, str], int] = {}
     for ds in DATASETS:
         b, _ = delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])
