@@ -3,7 +3,8 @@ the quarantine.
 
     scripts/submit clean --lake data/lake --as-of YYYY-MM-DD
 
-Each bronze row gets a fate, decided in this order (docs/etl.md):
+Each well-formed bronze row (``well_formed``: those ingest did not flag) gets a fate, decided in this order
+(docs/etl.md):
 1. the checks of ``contract.CLEAN_CHECK_ORDER``; the first failing one names the quarantine reason and
    ``detail`` names the column;
 2. exact duplicates among the valid rows (identical raw CSV fields) are removed, the first copy in input
@@ -12,7 +13,7 @@ Each bronze row gets a fate, decided in this order (docs/etl.md):
    input); the others go to quarantine as ``superseded``;
 4. events: a customer_id in no customer row of the input -> ``unknown_customer``; in some customer row but
    not in silver (every row of that customer was quarantined) -> ``contract.CASCADE_REASON``. "Customer rows"
-   are bronze plus the records ingest quarantined (wrong field count): their id is the raw text's first field.
+   are bronze's well-formed rows plus the records ingest quarantined: their id is the raw text's first field.
 Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so nothing is lost.
 """
 from __future__ import annotations
@@ -292,7 +293,8 @@ def with_superseded_marked(df: DataFrame) -> DataFrame:
 def customer_status(customers: DataFrame, quarantine: DataFrame) -> DataFrame:
     """One row per customer key of every customer record in the input, with ``_in_silver`` 1 if one of its rows
     is kept (goes to silver), else 0. The records are the classified bronze rows (``_fate``) and those ingest
-    quarantined for a wrong field count (the first CSV field of their raw text; ids hold no comma or quote)."""
+    quarantined (wrong field count, unclosed quote: the first CSV field of their raw text; ids hold no comma or
+    quote)."""
     malformed = quarantine.where((F.col("stage") == "ingest") & (F.col("dataset") == "customers"))
     first_field = F.regexp_extract(F.col("raw"), r'^"?([^",\r\n]*)', 1)
     return (customers.select(customer_key().alias("_known"), (F.col("_fate") == KEPT).cast("int").alias("_in_silver"))
