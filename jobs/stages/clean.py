@@ -243,19 +243,34 @@ def impossible_dates(dataset: str, as_of: str) -> dict[str, Column]:
     return {"signup_date": (signup > as_of_d) | (signup < earliest), "birth_date": ~age.between(lo, hi)}
 
 
+CUSTOMER_HASH = "_chash"
+# Keys that group a customer's rows and lead the duplicate window's keys (``with_copies_numbered``), a hash first so
+# that its sort compares one long for most pairs of rows.
+CUSTOMER_GROUP = (CUSTOMER_HASH, CUSTOMER_KEY)
+
+
+def with_customer_group(df: DataFrame) -> DataFrame:
+    """``CUSTOMER_KEY`` and ``CUSTOMER_HASH`` (a 64-bit hash of the key) as columns, unless there already."""
+    df = df.transform(with_customer_key)
+    return df if CUSTOMER_HASH in df.columns else df.withColumn(CUSTOMER_HASH, F.xxhash64(CUSTOMER_KEY))
+
+
 def with_copies_numbered(columns: tuple[str, ...]):
     """``_copy``: 1 for the first row (in input order: source_file, record_number) of each set of rows with
     identical raw fields, 2, 3, ... for its copies. Exact means the CSV fields as read, byte for byte: two rows
     that differ only in spelling are different records (and, for customers, a conflict).
 
     Run on the raw rows, before the checks: the checks are a function of the raw fields alone, so copies share
-    their validity, and the window's sort moves rows without the typed columns. Its keys lead with a 64-bit hash
-    of the raw fields, so the sort compares one long for almost every pair of rows (the fields themselves only on a
-    hash collision, and they stay keys, so a collision never merges two records); they hold the customer key, so a
-    frame partitioned by it (``run``) is not shuffled again."""
+    their validity, and the window's sort moves rows without the typed columns. Its keys are ``CUSTOMER_GROUP``,
+    then a 64-bit hash of the raw fields, then the fields themselves: the sort compares longs for almost every pair
+    of rows (the fields only on a hash collision, and they stay keys, so a collision never merges two records); a
+    frame partitioned by the customer key (``run``) is not shuffled again; and the rows come out grouped by
+    customer. That order serves the superseded window (``with_superseded_marked``, no sort of its own), and it is
+    the order silver is written in: a customer's rows side by side make silver smaller (its customer_id column in
+    runs of one value) and the features' per-customer aggregation faster (figures in docs/etl.md)."""
     def transform(df: DataFrame) -> DataFrame:
-        keyed = df.transform(with_customer_key).withColumn("_hash", F.xxhash64(*columns))
-        copies = Window.partitionBy("_hash", CUSTOMER_KEY, *columns).orderBy(*LINEAGE)
+        keyed = df.transform(with_customer_group).withColumn("_hash", F.xxhash64(*columns))
+        copies = Window.partitionBy(*CUSTOMER_GROUP, "_hash", *columns).orderBy(*LINEAGE)
         return keyed.withColumn("_copy", F.row_number().over(copies)).drop("_hash")
     return transform
 
@@ -269,25 +284,42 @@ def with_duplicates_marked(df: DataFrame) -> DataFrame:
     return df.withColumn("_fate", fate).drop("_copy")
 
 
+# Separates the parts of ``version_key``: below every character of a file name (POSIX names hold no NUL), so a key
+# orders as its (updated_at, source_file, record_number) would, a file name that is a prefix of another first.
+KEY_SEPARATOR = "\u0000"
+RECORD_DIGITS = 19   # a long's decimal digits: record numbers zero-padded to this width order as numbers
+
+
+def version_key() -> Column:
+    """A kept customer row's version as one string that orders as (updated_at, source_file, record_number) does:
+    the timestamp as ``yyyy-MM-dd HH:mm:ss`` (fixed width: the checks parse four-digit years only), the file name,
+    the record number zero-padded."""
+    return F.concat_ws(KEY_SEPARATOR, F.col("t_updated_at").cast("string"), F.col("source_file"),
+                       F.lpad(F.col("record_number").cast("string"), RECORD_DIGITS, "0"))
+
+
 def with_superseded_marked(df: DataFrame) -> DataFrame:
     """Of the kept rows of one customer (``customer_key``), the latest updated_at wins (ties: the later record in
-    the input); the others get reason 'superseded' and, as detail, where the winning row is."""
-    order = Window.partitionBy(CUSTOMER_KEY, "_kept").orderBy(
-        F.col("t_updated_at").desc(), F.col("source_file").desc(), F.col("record_number").desc())
-    # The winner as a running first() over a ROWS frame: the order is total (record_number is unique within a
-    # file), so it equals the default RANGE frame, and the RAPIDS Accelerator runs a ROWS frame on the GPU (a
-    # RANGE frame over several order columns stays on the CPU).
-    ranked = (df.transform(with_customer_key).withColumn("_kept", F.col("_fate") == KEPT)
-              .withColumn("_rank", F.row_number().over(order))
-              .withColumn("_winner", F.first(F.concat_ws(":", "source_file", F.col("record_number").cast("string")))
-                          .over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
-    loses = F.col("_kept") & (F.col("_rank") > 1)
+    the input); the others get reason 'superseded' and, as detail, where the winning row is.
+
+    The winner is the row whose ``version_key`` is the customer's greatest: one ``max`` over a window partitioned by
+    ``CUSTOMER_GROUP`` without an order, so rows sorted by ``with_copies_numbered`` are not sorted again, and one
+    window operator passes over the rows (a max per field, each depending on the last, took three; the GPU has no
+    ``max`` of a struct). Record numbers are unique within a file, so the winner is one row."""
+    group = Window.partitionBy(*CUSTOMER_GROUP)
+    kept = F.col("_fate") == KEPT
+    ranked = (df.transform(with_customer_group)
+              .withColumn("_version", F.when(kept, version_key()))
+              .withColumn("_winner", F.max("_version").over(group)))
+    loses = kept & (F.col("_version") != F.col("_winner"))
+    winner = F.col("_winner")
+    where = F.concat(F.substring_index(F.substring_index(winner, KEY_SEPARATOR, 2), KEY_SEPARATOR, -1), F.lit(":"),
+                     F.substring_index(winner, KEY_SEPARATOR, -1).cast("long").cast("string"))
     return (ranked
             .withColumn("reason", F.when(loses, F.lit("superseded")).otherwise(F.col("reason")))
-            .withColumn("detail", F.when(loses, F.concat(F.lit("superseded by "), F.col("_winner")))
-                        .otherwise(F.col("detail")))
+            .withColumn("detail", F.when(loses, F.concat(F.lit("superseded by "), where)).otherwise(F.col("detail")))
             .withColumn("_fate", F.when(loses, F.lit("superseded")).otherwise(F.col("_fate")))
-            .drop("_kept", "_rank", "_winner"))
+            .drop("_version", "_winner"))
 
 
 def customer_status(customers: DataFrame, quarantine: DataFrame) -> DataFrame:
