@@ -10,6 +10,7 @@ Idempotence, by kind of write:
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import NamedTuple
 
@@ -28,7 +29,10 @@ def table_path(lake: str, name: str) -> str:
 def version(spark: SparkSession, path: str) -> int:
     """Latest committed version of the Delta table at ``path`` (relative paths too, which SQL's
     ``DESCRIBE HISTORY delta.`path``` rejects)."""
-    return last_commit(spark, path).version
+    v = committed_version(spark, path)
+    if v is None:
+        raise TableMissing(f"no Delta table at {path}: run the stage that writes it first (README, 'Stages')")
+    return v
 
 
 class Commit(NamedTuple):
@@ -39,19 +43,34 @@ class Commit(NamedTuple):
 
 
 def last_commit(spark: SparkSession, path: str) -> Commit:
-    """The latest commit of the table at ``path``, read from its log (the pipeline's lock keeps it ours)."""
-    from delta.tables import DeltaTable
+    """The latest commit of the table at ``path`` (the pipeline's lock keeps it ours), from its commit file."""
+    v = version(spark, path)
+    info = next((a["commitInfo"] for a in commit_actions(spark, path, v) if "commitInfo" in a), {})
+    rows = (info.get("operationMetrics") or {}).get("numOutputRows")
+    return Commit(v, None if rows is None else int(rows))
 
-    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
-    rows = (row["operationMetrics"] or {}).get("numOutputRows")
-    return Commit(int(row["version"]), None if rows is None else int(rows))
+
+def _fs(spark: SparkSession, path: str):
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return jvm, p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def commit_actions(spark: SparkSession, path: str, v: int) -> list[dict]:
+    """The actions of the table's commit ``v``, one dict each, as its log file holds them (Delta's PROTOCOL.md: one
+    JSON action per line), read with the file system's client on the driver: no Spark job, no snapshot."""
+    jvm, p, fs = _fs(spark, f"{path.rstrip('/')}/_delta_log/{v:020d}.json")
+    stream = fs.open(p)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def committed_version(spark: SparkSession, path: str) -> int | None:
     """The newest commit file's version in the table's log, from a listing (no Spark job); None: no table."""
-    jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
-    fs = log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    jvm, log, fs = _fs(spark, path.rstrip("/") + "/_delta_log")
     if not fs.exists(log):
         return None
     names = [st.getPath().getName() for st in fs.listStatus(log)]
@@ -79,9 +98,8 @@ def restore(spark: SparkSession, path: str, version: int | None) -> None:
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
+    """Whether a Delta table with at least one commit is at ``path`` (a listing of its log)."""
+    return committed_version(spark, path) is not None
 
 
 # Profiles that run SQL on the GPU set this: Delta snapshots are then scanned as their Parquet files (below).
@@ -96,8 +114,6 @@ class TableMissing(UserError):
 
 def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple[DataFrame, int]:
     """The table at ``path`` pinned to one version (the latest if none given), and that version."""
-    if not exists(spark, path):
-        raise TableMissing(f"no Delta table at {path}: run the stage that writes it first (README, 'Stages')")
     v = version(spark, path) if at_version is None else at_version
     df = spark.read.format("delta").option("versionAsOf", v).load(path)
     if conf_flag(spark, FILES_AS_PARQUET_KEY, False):
