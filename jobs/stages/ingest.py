@@ -3,44 +3,48 @@ quarantine.
 
     scripts/submit ingest --input data/raw --lake data/lake
 
-Reads ``<input>/customers/*.csv[.gz]`` and ``<input>/events/*.csv[.gz]`` with the contract's all-string
-schemas (never inferred). A record whose field count differs from the header goes to quarantine with reason
-``wrong_field_count`` and its raw text as read; nothing is dropped silently (see docs/etl.md):
+Reads ``<input>/customers/*.csv[.gz]`` and ``<input>/events/*.csv[.gz]`` with the project's own CSV reader
+(``jvm/churn/ingest``, a Spark data source): every field a string, never inferred. A record whose field count
+differs from the header goes to quarantine with reason ``wrong_field_count`` and its raw text as read; nothing is
+dropped silently (see docs/etl.md):
 
-- PERMISSIVE mode pads short records and truncates long ones without a word, unless the schema holds a
-  corrupt-record column: then Spark puts the record's raw text there for both. We add that column and flag
-  the record on it.
-- Each row carries its file name and its 0-based record number within the file (header excluded). A CSV file
-  read with multiLine is never split, and ingest makes every file its own task (``one_task_per_file``), so a
-  task's rows are one file's records in order: the low 33 bits of ``monotonically_increasing_id`` (the row's
-  index within its task) are the record number. No join, no second pass for it.
+- A pre-pass (``scanned``) reads every file once in chunks and counts, per chunk, its quotes, physical lines and,
+  for either quote parity the chunk may start at, where its first record boundary lies and how many records start
+  in it. Chained over a file's chunks (``planned``), that gives splits that start and end on record boundaries
+  (quoted line breaks respected) with the record number of each split's first record: a file of any size is read
+  by many tasks, in parallel, and every record is numbered exactly (0-based, header excluded) with no join and
+  no second pass. A compressed file is one split.
+- The reader gives each record its fields (the first N; missing ones null), its file name, record number, the
+  physical lines it spans, its field count, and its raw text where the count is wrong or a field swallowed whole
+  records (a quote opened and never closed).
 
 The CSV is parsed once: bronze holds every record, with ``malformed`` (why ingest rejects it: null for most)
 beside its fields, and the quarantine's ingest slice is read back from bronze's flagged rows. Clean reads only
-the others (``clean.well_formed``). The per-file accounting checks that bronze holds each record once, and the
-input files' sizes and modification times are compared before and after. It reads bronze's side from the bronze
-commit's per-file statistics (row count, min/max of the lineage columns) rather than re-reading bronze, and
-falls back to a scan of bronze's lineage columns whenever those statistics cannot be exact.
+the others (``clean.well_formed``). The per-file accounting checks that bronze holds each record once, as many as
+the pre-pass counted, and the pre-pass's physical lines (counted apart from the parser) must all be explained by
+the header, the records and blank lines. The input files' sizes and modification times are compared before and
+after. Bronze's side is read from the bronze commit's per-file statistics (row count, min/max of the lineage
+columns) rather than by re-reading bronze, falling back to a scan of bronze's lineage columns whenever those
+statistics cannot be exact.
 """
 from __future__ import annotations
 
-from functools import partial, reduce
+import json
+import re
+from functools import partial
+from typing import NamedTuple
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
 
 from jobs.core.errors import UserError
 from jobs.core.params import DATA_IN, LAKE
 from jobs.core.stage import Stage, StageRecord
 from jobs.lake import delta_io
-from jobs.lake.contract import DATASETS, MALFORMED, QUARANTINE_COLUMNS, string_schema
+from jobs.lake.contract import DATASETS, MALFORMED, QUARANTINE_COLUMNS
 from jobs.lake.session import conf_flag, session_conf, together
 
-CORRUPT = "_corrupt_record"
-# monotonically_increasing_id() = task index << 33 | row index within the task.
-ROW_INDEX_BITS = (1 << 33) - 1
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of every file it writes. On bronze's raw strings that
 # is about a third of the write and serves no reader (clean reads bronze whole); bronze keeps them for its
@@ -53,49 +57,50 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     for ds, paths in files.items():
         check_headers(spark, paths, DATASETS[ds])
     before = file_states(spark, files)
+    inputs = {ds: [InputFile(p, file_name(spark, p), before[p][0]) for p in paths] for ds, paths in files.items()}
 
     record = StageRecord(STAGE.name)
     try:
-        wrote, physical = write_tables(spark, files, lake)
+        layouts = planned(inputs, scanned(spark, inputs))
+        wrote, quarantined = write_tables(spark, inputs, layouts, lake)
     except Py4JJavaError as e:
-        raise unreadable(spark, files, e) from None
+        raise unreadable(files, e) from None
     record.wrote.update(wrote)
     if file_states(spark, files) != before:
         raise UserError(f"input files under {data} changed while ingest read them, so bronze and quarantine may "
                         f"come from different contents: run ingest again once nothing writes to that folder")
 
-    record.counts = accounting(spark, lake, record.wrote, files)
-    record.counts["input"] = reconciled(record.counts["files"], line_breaks_by_file(spark, lake, record.wrote),
-                                        physical, {ds: {file_name(spark, p): before[p][0] for p in ps}
-                                                   for ds, ps in files.items()})
+    record.counts, breaks = accounting(
+        spark, lake, record.wrote, files,
+        {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}, quarantined)
+    physical = {(ds, f.name): lines for ds, layout in layouts.items() for f, lines in layout.lines.items()}
+    record.counts["input"] = reconciled(record.counts["files"], breaks, physical,
+                                        {ds: {f.name: f.size for f in fs} for ds, fs in inputs.items()})
     record.extra["input"] = data
     return record
 
 
-def write_tables(spark: SparkSession, files: dict[str, list[str]],
-                 lake: str) -> tuple[dict[str, int], dict[tuple[str, str], tuple[int, int]]]:
+def write_tables(spark: SparkSession, inputs: dict[str, list["InputFile"]], layouts: dict[str, "Layout"],
+                 lake: str) -> tuple[dict[str, int], int | None]:
     """Bronze (every record, the malformed ones flagged) and the quarantine's ingest slice (bronze's malformed
-    records); returns the versions written, and each file's physical and blank lines (``physical_lines``, read
-    beside the bronze writes)."""
-    with one_task_per_file(spark), session_conf(spark, plugin_conf(spark)):
-        # The two bronze writes run side by side: a dataset of few files (the customers: one task per file) would
-        # otherwise leave most cores idle for its whole write.
-        bronze = {f"bronze_{ds}": extract(spark, files[ds], columns).transform(bronze_rows(columns))
-                  for ds, columns in DATASETS.items()}
+    records); returns the versions written and the rows the quarantine's write committed."""
+    with session_conf(spark, plugin_conf(spark)):
+        # The two bronze writes run side by side: the smaller one's last tasks would otherwise leave cores idle.
+        bronze = {f"bronze_{ds}": extract(spark, inputs[ds], layouts[ds].splits, columns)
+                  .transform(bronze_rows(columns)) for ds, columns in DATASETS.items()}
         with session_conf(spark, BRONZE_TABLE_DEFAULTS):
-            done = together({**{name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
-                                for name, df in bronze.items()},
-                             "physical": partial(physical_lines, spark, files)})
-        wrote = {name: done[name] for name in bronze}
+            wrote = together({name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
+                              for name, df in bronze.items()})
         # Read back from bronze, not parsed again: a scan of the flag (almost all null; Parquet's own null counts
         # let whole row groups be skipped), and of the other columns only where it is set.
         parts = [delta_io.read_table(spark, lake, f"bronze_{ds}", wrote[f"bronze_{ds}"])[0]
                  .transform(quarantine_rows(ds)) for ds in DATASETS]
-        # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per input file.
+        # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per split.
         quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
-        wrote["quarantine"] = delta_io.replace_where(
+        commit = delta_io.replace_where_counted(
             quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE.name}'")
-    return wrote, done["physical"]
+        wrote["quarantine"] = commit.version
+    return wrote, commit.rows
 
 
 # What a read failure's message says, and what it means for the file (its cause and the fix).
@@ -103,31 +108,28 @@ UNREADABLE = (
     (("Unexpected end of input stream", "Not in GZIP format", "incorrect header check", "invalid block type",
       "Stream is not BZip2 formatted", "unexpected end of stream", "CRC"),
      "is a truncated or corrupt compressed file ({cause}): export it again, or move it out of the input folder"),
-    (("maxColumns", "exceeds the maximum number of columns", "ArrayIndexOutOfBoundsException"),
-     "holds a record with more fields than the CSV parser can hold (its limit is 20,480; {cause}): the file is "
-     "not CSV of this contract; fix or remove that record, or move the file out of the input folder"),
-    (("MalformedInputException", "CharacterCodingException"),
-     "could not be decoded ({cause}): write it as UTF-8, or move it out of the input folder"),
+    (("MiB: a quote opened and never closed",),
+     "holds a record of over 1 GiB ({cause}): a quote opened and never closed holds the rest of the file; fix "
+     "that record, or move the file out of the input folder"),
 )
+# The reader's failures name the file they happened in (jvm/churn/ingest/CsvSource.java, ``failure``).
+FAILED_FILE = re.compile(r"churn\.ingest\.CsvSource could not read (.+?): ")
 
 
-def unreadable(spark: SparkSession, files: dict[str, list[str]], error: Exception) -> Exception:
-    """The UserError for a read that failed: Spark's error names no file, so each file is parsed alone until one
-    fails (only on this path); the error as it was if none does."""
-    for ds, paths in files.items():
-        for path in paths:
-            try:
-                with one_task_per_file(spark):
-                    extract(spark, [path], DATASETS[ds]).select("record_number").count()
-            except Py4JJavaError as e:
-                text = str(e)
-                for marks, explanation in UNREADABLE:
-                    cause = next((m for m in marks if m in text), None)
-                    if cause:
-                        return UserError(f"{path} {explanation.format(cause=cause)}")
-                return UserError(f"{path} could not be read ({text.splitlines()[0][:300]}): fix it, or move it out "
-                                 f"of the input folder")
-    return error
+def unreadable(files: dict[str, list[str]], error: Exception) -> Exception:
+    """The UserError for a read that failed, naming the file and, where known, the cause and the fix; the error as
+    it was if it names no input file."""
+    text = str(error)
+    named = FAILED_FILE.search(text)
+    path = named.group(1) if named else None
+    if path not in {p for paths in files.values() for p in paths}:
+        return error
+    for marks, explanation in UNREADABLE:
+        cause = next((m for m in marks if m in text), None)
+        if cause:
+            return UserError(f"{path} {explanation.format(cause=cause)}")
+    detail = text[named.end():].splitlines()[0][:300]
+    return UserError(f"{path} could not be read ({detail}): fix it, or move it out of the input folder")
 
 
 def _describe(record: StageRecord) -> str:
@@ -258,107 +260,124 @@ def plugin_conf(spark: SparkSession) -> dict[str, str]:
     return {}
 
 
-def one_task_per_file(spark: SparkSession):
-    """Within the block, every input file is read by a task of its own: Spark packs small files into one task
-    until ``spark.sql.files.maxPartitionBytes`` is reached, counting ``openCostInBytes`` per file; a cost above
-    any partition size closes the task after each file. (A multiLine CSV file is never split, whatever its
-    size, so one task reads it whole.) The accounting fails loudly if a task ever held more than one file."""
-    return session_conf(spark, {"spark.sql.files.openCostInBytes": str(1 << 50)})
+# ---------------------------------------------------------------------------------------------------------
+# Parse: the pre-pass, the splits it gives, the reader (jvm/churn/ingest/CsvSource.java)
+# ---------------------------------------------------------------------------------------------------------
+SOURCE = "churn.ingest.CsvSource"
+# Chunks of the pre-pass (and so the reader's splits): about CHUNKS_PER_CORE of them per core over the whole
+# input, so that a few large files (or one) still keep every core busy and no core waits long on the last one;
+# never smaller than MIN_CHUNK_BYTES (each is a task and a bronze file), never larger than
+# spark.sql.files.maxPartitionBytes (the profile's input split size).
+CHUNKS_PER_CORE = 8
+MIN_CHUNK_BYTES = 8 << 20
 
 
-def extract(spark: SparkSession, paths: list[str], columns: tuple[str, ...]) -> DataFrame:
-    """All fields as strings, plus the raw record text of malformed records, the file name and the record
-    number (read inside ``one_task_per_file``)."""
-    schema = StructType(list(string_schema(columns).fields) + [StructField(CORRUPT, StringType(), True)])
-    return (
-        spark.read.schema(schema)
-        .option("header", True)
-        .option("multiLine", True)          # quoted fields may hold newlines
-        .option("quote", '"').option("escape", '"')
-        .option("encoding", "UTF-8")        # bad bytes decode to U+FFFD; clean quarantines them
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .csv(paths)
-        .transform(with_record_number)
-    )
+class InputFile(NamedTuple):
+    path: str
+    name: str       # as source_file holds it (``file_name``)
+    size: int
+
+
+class Layout(NamedTuple):
+    """One dataset's read plan from the pre-pass: the splits ([file, start, end, first record number]; end -1: to
+    the end of a compressed stream), and per input file its records and (physical lines, blank lines)."""
+    splits: list[list[int]]
+    records: dict[InputFile, int]
+    lines: dict[InputFile, tuple[int, int]]
+
+
+def chunk_bytes(spark: SparkSession, total: int) -> int:
+    cores = spark.sparkContext.defaultParallelism
+    most = int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(
+        spark.conf.get("spark.sql.files.maxPartitionBytes", "128m")))
+    return max(MIN_CHUNK_BYTES, min(most, -(-total // (cores * CHUNKS_PER_CORE))))
+
+
+def options(files: list[InputFile]) -> dict[str, str]:
+    return {"files": json.dumps([f._asdict() for f in files])}
+
+
+def scanned(spark: SparkSession, inputs: dict[str, list[InputFile]]) -> dict[str, list]:
+    """The pre-pass over every input file (one Spark job, one task per chunk): per dataset, one row per chunk."""
+    everything = [f for ds in DATASETS for f in inputs[ds]]
+    rows = (spark.read.format(SOURCE).options(mode="scan", **options(everything))
+            .option("chunkBytes", chunk_bytes(spark, sum(f.size for f in everything)))
+            .load().collect())   # one small row per chunk of input
+    owner = [ds for ds in DATASETS for _ in inputs[ds]]
+    first = {ds: next(i for i, o in enumerate(owner) if o == ds) for ds in DATASETS if inputs[ds]}
+    out: dict[str, list] = {ds: [] for ds in DATASETS}
+    for r in rows:
+        out[owner[r["file"]]].append(r.asDict() | {"file": r["file"] - first[owner[r["file"]]]})
+    return out
+
+
+def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list]) -> dict[str, Layout]:
+    """Each dataset's splits, records and lines from its chunks (``scanned``).
+
+    A file's chunks are chained in order: the quotes before a chunk tell which of its two answers holds (the one
+    for an even count of quotes before it, or for an odd one); a chunk with a boundary starts a split there, which
+    runs to the next split's start (or the file's end), and its first record's number is the count of records
+    that start before it, less the header. A record longer than a chunk leaves the chunks it covers without a
+    boundary: the split before them holds it."""
+    out = {}
+    for ds, files in inputs.items():
+        splits: list[list[int]] = []
+        records: dict[InputFile, int] = {}
+        lines: dict[InputFile, tuple[int, int]] = {}
+        by_file: dict[int, list] = {}
+        for c in chunks[ds]:
+            by_file.setdefault(c["file"], []).append(c)
+        for index, f in enumerate(files):
+            starts, parity, before, n_lines, n_blank = [], 0, 0, 0, 0
+            for c in sorted(by_file.get(index, []), key=lambda c: c["chunk"]):
+                if c[f"first{parity}"] >= 0:
+                    starts.append((c[f"first{parity}"], before))
+                before += c[f"records{parity}"]
+                parity ^= c["quotes"] & 1
+                n_lines += c["lines"]
+                n_blank += c["blank"]
+            compressed = any(c["end"] < 0 for c in by_file.get(index, []))
+            for k, (start, n_before) in enumerate(starts):
+                stop = starts[k + 1][0] if k + 1 < len(starts) else (-1 if compressed else f.size)
+                splits.append([index, start, stop, 0 if start == 0 else n_before - 1])
+            records[f] = max(before - 1, 0)      # the header is the first record to start
+            lines[f] = (n_lines, n_blank)
+        out[ds] = Layout(splits, records, lines)
+    return out
+
+
+def extract(spark: SparkSession, files: list[InputFile], splits: list[list[int]],
+            columns: tuple[str, ...]) -> DataFrame:
+    """Every record of the splits: its first ``len(columns)`` fields as strings (null when empty or missing), then
+    source_file, record_number, record_lines, field_count, raw and swallowed (jvm/churn/ingest/CsvSource.java)."""
+    return (spark.read.format(SOURCE).options(mode="records", **options(files))
+            .option("columns", json.dumps(list(columns))).option("splits", json.dumps(splits)).load())
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Transforms
 # ---------------------------------------------------------------------------------------------------------
-def with_record_number(df: DataFrame) -> DataFrame:
-    """``source_file`` and ``record_number``, the 0-based index of the record within its file: the row's index
-    within its task, i.e. the low 33 bits of ``monotonically_increasing_id``.
-
-    Right when a task reads one whole file, in order: a multiLine CSV file is never split, and
-    ``one_task_per_file`` keeps files from sharing a task. Must sit right on the scan (nothing that drops or
-    reorders rows before it).
-
-    The name is ``_metadata.file_name``, not ``input_file_name()``: that one is cheaper on the CPU, but over a
-    CPU scan (ingest's CSV scan is one under the gpu profile) it keeps the filter and projection above the scan
-    off the GPU as well ("GPU plans may get incorrect file name ... from a CPU scan").
-    """
-    return df.select("*", F.col("_metadata.file_name").alias("source_file"),
-                     F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_BITS)).alias("record_number"))
-
-
-def swallowed_records(columns: tuple[str, ...]) -> Column:
-    """Name of the first field that holds whole records, else null: a line break followed by a line with as many
-    separators as a record has, the mark of a quote opened and never closed, whose field swallowed the records
-    after it (the parser then keeps the field count right, and nothing else would notice). The pattern excludes
-    commas from its repeated parts, so it runs in linear time, and spells the repetition out (the GPU's regular
-    expressions do not repeat groups)."""
-    whole_record = r"\n[^\n,]*" + r",[^\n,]*" * (len(columns) - 1)
-    return F.coalesce(*[F.when(F.col(c).contains("\n") & F.col(c).rlike(whole_record), F.lit(c))
-                        for c in columns])
-
-
 def malformed(columns: tuple[str, ...]) -> Column:
-    """Null for a well-formed record; else why ingest rejects it, as the quarantine's (reason, detail, raw): a wrong
-    field count with the raw text exactly as Spark read it; a field that swallowed whole records
-    (``swallowed_records``, given as the column ``_swallowed``) with the fields written back as CSV."""
-    corrupt, swallowed = F.col(CORRUPT), F.col("_swallowed")
-    return (F.when(corrupt.isNotNull(),
+    """Null for a well-formed record; else why ingest rejects it, as the quarantine's (reason, detail, raw), raw
+    being the record's text exactly as in the file: a wrong field count; a field that swallowed whole records
+    (the reader's ``swallowed``: a line feed inside it followed by a record's worth of separators, the mark of a
+    quote opened and never closed, which keeps the field count right and which nothing else would notice)."""
+    return (F.when(F.col("field_count") != len(columns),
                    F.struct(F.lit("wrong_field_count").alias("reason"),
-                            F.lit(f"expected {len(columns)} fields").alias("detail"), corrupt.alias("raw")))
-            .when(swallowed.isNotNull(),
+                            F.lit(f"expected {len(columns)} fields").alias("detail"), F.col("raw").alias("raw")))
+            .when(F.col("swallowed").isNotNull(),
                   F.struct(F.lit("unclosed_quote").alias("reason"),
-                           F.concat(swallowed, F.lit(" holds whole records: a quote opened there is never closed"))
-                           .alias("detail"),
-                           as_csv(columns).alias("raw"))))
+                           F.concat(F.col("swallowed"), F.lit(" holds whole records: a quote opened there is never "
+                                                              "closed")).alias("detail"),
+                           F.col("raw").alias("raw"))))
 
 
 def bronze_rows(columns: tuple[str, ...]):
     """Every parsed record: its fields, lineage, ``record_lines`` and ``MALFORMED`` (null unless ingest rejects
     it). One parse feeds bronze, and the quarantine's ingest slice is read back from it (``quarantine_rows``)."""
     def transform(df: DataFrame) -> DataFrame:
-        return (df.select("*", swallowed_records(columns).alias("_swallowed"))
-                .select(*columns, *LINEAGE, record_lines(columns).alias("record_lines"),
-                        malformed(columns).alias(MALFORMED)))
+        return df.select(*columns, *LINEAGE, "record_lines", malformed(columns).alias(MALFORMED))
     return transform
-
-
-LINE_BREAK = r"\r\n|\r|\n"   # as Spark's text reader splits lines
-
-
-def line_breaks(c: Column) -> Column:
-    """Line breaks in a string (0 for null)."""
-    return F.greatest(F.size(F.split(c, LINE_BREAK)) - 1, F.lit(0))
-
-
-def record_lines(columns: tuple[str, ...]) -> Column:
-    """Physical lines of the input the record spans: 1 + the line breaks inside its (quoted) fields; the breaks
-    are counted only in records that have one (most have none)."""
-    has_break = reduce(lambda a, b: a | b, [F.col(c).contains("\n") | F.col(c).contains("\r") for c in columns])
-    return F.when(has_break, F.lit(1) + reduce(lambda a, b: a + b, [line_breaks(F.col(c)) for c in columns])) \
-        .otherwise(F.lit(1))
-
-
-def as_csv(columns: tuple[str, ...]) -> Column:
-    """The parsed fields written back as one CSV record (every field quoted, quotes doubled, nulls empty)."""
-    return F.concat_ws(",", *[F.when(F.col(c).isNull(), F.lit(""))
-                              .otherwise(F.concat(F.lit('"'), F.regexp_replace(c, '"', '""'), F.lit('"')))
-                              for c in columns])
 
 
 def quarantine_rows(dataset: str):
@@ -375,102 +394,78 @@ def quarantine_rows(dataset: str):
 # Accounting: per input file, from the tables just written (bronze from its commit's statistics).
 # ---------------------------------------------------------------------------------------------------------
 # A Delta commit file holds one JSON action per line (Delta's PROTOCOL.md); only what the accounting reads.
-COMMIT_SCHEMA = ("commitInfo struct<operation: string, operationParameters: map<string, string>>, "
-                 "add struct<path: string, stats: string>")
-FILE_STATS_SCHEMA = ("numRecords long, minValues struct<source_file: string, record_number: long>, "
-                     "maxValues struct<source_file: string, record_number: long>")
-
-
-def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]]) -> dict:
+def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]],
+               expected: dict[str, dict[str, int]] | None = None,
+               quarantine_rows: int | None = None) -> tuple[dict, dict[tuple[str, str], int]]:
     """Per dataset and file: records (bronze holds every one), rows kept (``bronze``: well-formed, what clean
-    reads) and rows quarantined (bronze's malformed ones). A file with a header and no records is listed with zeros.
+    reads) and rows quarantined (bronze's malformed ones); and, per (dataset, file), the line breaks inside its
+    records (``record_lines`` less one each), for the independent count. A file with a header and no records is
+    listed with zeros. ``expected``: the records the pre-pass found starting in each file, which bronze must hold;
+    ``quarantine_rows``: the rows the quarantine's write committed, which must be bronze's malformed ones.
 
-    Bronze's per-file figures (rows, first and last record number) come from the statistics Delta wrote with
-    each of its data files (``bronze_counts_from_commit``); where those cannot be exact, from a scan of bronze's
-    lineage columns. The quarantine's from its ingest slice (few rows)."""
+    Bronze's rows and first and last record numbers per file come from the statistics Delta wrote with each of its
+    data files (``bronze_counts_from_commit``); where those cannot be exact, from a scan of bronze's lineage
+    columns that also counts distinct numbers. The malformed rows and the line breaks from one aggregation over
+    bronze's narrow columns."""
     names = {ds: {file_name(spark, p) for p in paths[ds]} for ds in DATASETS}
     bronze = {ds: bronze_counts_from_commit(spark, delta_io.table_path(lake, f"bronze_{ds}"),
                                             versions[f"bronze_{ds}"], names[ds]) for ds in DATASETS}
-    q, _ = delta_io.read(spark, delta_io.table_path(lake, "quarantine"), versions["quarantine"])
-    parts = [q.where(F.col("stage") == STAGE.name).select(F.lit(True).alias("quarantined"), "dataset", *LINEAGE)]
+    tables = {ds: delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])[0] for ds in DATASETS}
+    flagged = F.col(f"{MALFORMED}.reason").isNotNull()
+    union = None
+    for ds, b in tables.items():
+        part = b.select(F.lit(ds).alias("dataset"), "source_file", "record_number", "record_lines",
+                        flagged.alias("_flagged"))
+        if bronze[ds] is not None:   # only the few rows that count here: multi-line or malformed records
+            part = part.where((F.col("record_lines") > 1) | F.col("_flagged"))
+        union = part if union is None else union.unionByName(part)
+    counted = [F.count(F.when(F.col("_flagged"), 1)).alias("quarantined"),
+               F.sum(F.col("record_lines") - 1).alias("breaks")]
+    if any(counts is None for counts in bronze.values()):
+        counted += [F.count(F.lit(1)).alias("rows"), F.min("record_number").alias("first"),
+                    F.max("record_number").alias("last"), F.count_distinct("record_number").alias("distinct")]
+    found: dict = {(ds, name): {} for ds in DATASETS for name in names[ds]}
+    breaks: dict[tuple[str, str], int] = {}
+    for r in union.groupBy("dataset", "source_file").agg(*counted).collect():  # one row per input file at most
+        key = (r["dataset"], r["source_file"])
+        got = found.setdefault(key, {})
+        got["quarantined"] = r["quarantined"]
+        breaks[key] = int(r["breaks"] or 0)
+        if bronze[r["dataset"]] is None:
+            # A number held twice leaves the distinct count short of the rows: made unmistakable for the check.
+            got["bronze"] = (r["rows"], r["first"], r["last"] if r["distinct"] == r["rows"] else None)
     for ds in DATASETS:
-        if bronze[ds] is None:
-            b, _ = delta_io.read(spark, delta_io.table_path(lake, f"bronze_{ds}"), versions[f"bronze_{ds}"])
-            parts.append(b.select(F.lit(False).alias("quarantined"), F.lit(ds).alias("dataset"), *LINEAGE))
-            bronze[ds] = {}
-    found: dict = {(ds, name): {"bronze": counts} for ds in DATASETS for name, counts in bronze[ds].items()}
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    for r in (union.groupBy("quarantined", "dataset", "source_file")
-              .agg(F.count(F.lit(1)).alias("rows"), F.min("record_number").alias("first"),
-                   F.max("record_number").alias("last"))
-              .collect()):  # small: at most two aggregated rows per input file
-        found.setdefault((r["dataset"], r["source_file"]), {})[
-            "quarantined" if r["quarantined"] else "bronze"] = (r["rows"], r["first"], r["last"])
+        for name, counts in (bronze[ds] or {}).items():
+            found.setdefault((ds, name), {})["bronze"] = counts
 
-    files: dict = {ds: {name: {"records": 0, "bronze": 0, "quarantined": 0} for name in names[ds]}
-                   for ds in DATASETS}
+    files: dict = {ds: {} for ds in DATASETS}
     for (ds, name), got in found.items():
         rows, first, last = got.get("bronze", (0, 0, -1))
-        q_rows, q_first, q_last = got.get("quarantined", (0, 0, -1))
-        # Every record once in bronze, numbered 0..n-1, and the quarantined ones among them: anything else (a task
-        # that read two files, a record missing or twice, a row naming no input file) fails the stage here.
-        if (name not in names[ds] or first != 0 or last + 1 != rows
-                or q_rows > rows or (q_rows and (q_first < 0 or q_last >= rows))):
-            raise RuntimeError(f"{ds} {name}: bronze holds {rows} rows numbered {first}..{last} and the quarantine "
-                               f"{q_rows} numbered {q_first}..{q_last}"
-                               f"{'' if name in names[ds] else ', of a file not in the input'}, not each record "
-                               f"once: ingest's accounting does not add up (a task read more than one file, or "
-                               f"a bug in ingest)")
+        q_rows = got.get("quarantined", 0)
+        # Every record once in bronze, numbered 0..n-1, as many as the pre-pass saw start: anything else (splits
+        # that overlap or leave a gap, a record missing or twice, a row naming no input file) fails the stage here.
+        if (name not in names[ds] or first != 0 or last is None or last + 1 != rows
+                or (expected is not None and expected[ds].get(name) != rows)):
+            raise RuntimeError(f"{ds} {name}: bronze holds {rows} rows numbered {first}..{last}"
+                               f"{'' if name in names[ds] else ', of a file not in the input'}"
+                               f"{'' if expected is None else f', the pre-pass found {expected[ds].get(name)}'}, "
+                               f"not each record once: ingest's accounting does not add up (a bug in ingest)")
         files[ds][name] = {"records": rows, "bronze": rows - q_rows, "quarantined": q_rows}
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}
               for ds in DATASETS}
+    flagged = sum(t["quarantined"] for t in totals.values())
+    if quarantine_rows is not None and quarantine_rows != flagged:
+        raise RuntimeError(f"the quarantine's write committed {quarantine_rows:,} rows for bronze's {flagged:,} "
+                           f"malformed records: a bug in ingest or in the table writer")
     # Flat figures first (rows in bronze per dataset, quarantined in all) for progress lines and the report.
-    return {**{ds: totals[ds]["bronze"] for ds in DATASETS},
-            "quarantined": sum(t["quarantined"] for t in totals.values()),
-            "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}
+    return ({**{ds: totals[ds]["bronze"] for ds in DATASETS}, "quarantined": flagged,
+             "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}, breaks)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The independent count: each file's physical lines, from Spark's text reader, against the lines its parsed
-# records span. It does not trust the CSV parser: a record the parser dropped or merged shows up here.
+# The independent count: each file's physical lines, counted by the pre-pass apart from the parser (``planned``),
+# against the lines its parsed records span (``accounting``). A record the parser dropped or merged shows up here.
 # ---------------------------------------------------------------------------------------------------------
-def physical_lines(spark: SparkSession, files: dict[str, list[str]]) -> dict[tuple[str, str], tuple[int, int]]:
-    """(dataset, file name) -> (lines, blank lines), as the text reader splits each file (one aggregated row a
-    file comes back)."""
-    out = {}
-    for ds, paths in files.items():
-        text = spark.read.text(paths).select(F.col("_metadata.file_name").alias("source_file"), "value")
-        for r in (text.groupBy("source_file")
-                  .agg(F.count(F.lit(1)).alias("lines"), F.count(F.when(F.col("value") == "", 1)).alias("blank"))
-                  .collect()):  # one row per input file
-            out[(ds, r["source_file"])] = (r["lines"], r["blank"])
-    return out
-
-
-def line_breaks_by_file(spark: SparkSession, lake: str, versions: dict[str, int]) -> dict[tuple[str, str], int]:
-    """(dataset, file name) -> line breaks inside the file's records: bronze's ``record_lines`` of its well-formed
-    records (a scan of narrow columns) and the quarantined records' raw text. A field swallowed by a quote that
-    never closes runs to the end of its file, so its last line break is the file's own, which the text reader does
-    not count as a line."""
-    out: dict[tuple[str, str], int] = {}
-    for ds in DATASETS:
-        b, _ = delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])
-        for r in (b.where(F.col(MALFORMED).isNull() & (F.col("record_lines") > 1)).groupBy("source_file")
-                  .agg(F.sum(F.col("record_lines") - 1).alias("breaks")).collect()):  # one row per input file
-            out[(ds, r["source_file"])] = int(r["breaks"])
-    q, _ = delta_io.read_table(spark, lake, "quarantine", versions["quarantine"])
-    trailing = (F.col("reason") == "unclosed_quote") & F.col("raw").rlike('[\r\n]"$')
-    for r in (q.where(F.col("stage") == STAGE.name)
-              .groupBy("dataset", "source_file")
-              .agg(F.sum(line_breaks(F.col("raw")) - F.when(trailing, 1).otherwise(0)).alias("breaks"))
-              .collect()):  # one row per input file with quarantined records
-        key = (r["dataset"], r["source_file"])
-        out[key] = out.get(key, 0) + int(r["breaks"])
-    return out
-
-
 def reconciled(files: dict, breaks: dict[tuple[str, str], int], physical: dict[tuple[str, str], tuple[int, int]],
                sizes: dict[str, dict[str, int]]) -> dict:
     """Per dataset and file: bytes, physical lines and blank lines; every line must be the header, a line of a
@@ -506,34 +501,44 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
     be exact, and the caller scans bronze.
 
     Exact when: the commit is an overwrite (its ``add`` actions are then the whole table at that version),
-    and every data file it adds has a row count and lineage statistics whose min and max ``source_file`` are
-    one and the same input file name (not a prefix: Delta cuts string statistics at 32 characters). Ingest
-    writes bronze one task per input file, so that is each data file; compaction, a user-set
-    ``maxRecordsPerFile`` or a table whose statistics skip the lineage columns keep it correct (scan or not)."""
-    commit = f"{table.rstrip('/')}/_delta_log/{version:020d}.json"
-    jvm, hpath, fs = _hadoop_fs(spark, commit)
-    if not fs.exists(hpath):
+    every data file it adds has a row count and lineage statistics whose min and max ``source_file`` are one and
+    the same input file name (not a prefix: Delta cuts string statistics at 32 characters), and each input file's
+    data files hold consecutive numbers that tile 0..n-1 (a row count equal to the width of its min..max, each
+    file's min one past the last one's max). The reader numbers the records of a split consecutively and each
+    split is one task writing its own data files, so that is what a right plan gives; a wrong one (overlapping
+    or gapped splits), compaction or a table whose statistics skip the lineage columns go to the scan, which
+    counts distinct numbers."""
+    if delta_io.committed_version(spark, table) is None:
         return None
-    stats = F.from_json("add.stats", FILE_STATS_SCHEMA)
-    rows = (spark.read.schema(COMMIT_SCHEMA).json(commit)
-            .where(F.col("commitInfo").isNotNull() | F.col("add.path").isNotNull())
-            .select(((F.col("commitInfo.operation") == "WRITE")
-                     & (F.col("commitInfo.operationParameters")["mode"] == "Overwrite")).alias("overwrite"),
-                    F.col("add.path").alias("data_file"), stats.alias("s"))
-            .select("overwrite", "data_file", F.col("s.numRecords").alias("rows"),
-                    F.col("s.minValues.source_file").alias("first_file"),
-                    F.col("s.maxValues.source_file").alias("last_file"),
-                    F.col("s.minValues.record_number").alias("first"), F.col("s.maxValues.record_number").alias("last"))
-            .collect())  # small: the commit's own line and one per data file (one per input file); no shuffle
-    if sum(1 for r in rows if r["overwrite"]) != 1:
+    try:
+        actions = delta_io.commit_actions(spark, table, version)
+    except Py4JJavaError:   # no such commit file (a version cleaned up since)
         return None
-    counts: dict[str, tuple[int, int, int]] = {}
-    for r in rows:
-        if r["data_file"] is None:
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    if info.get("operation") != "WRITE" or (info.get("operationParameters") or {}).get("mode") != "Overwrite":
+        return None
+    rows = []
+    for a in actions:
+        if "add" not in a:
             continue
+        stats = json.loads(a["add"].get("stats") or "{}")
+        lo, hi = stats.get("minValues") or {}, stats.get("maxValues") or {}
+        rows.append({"data_file": a["add"]["path"], "rows": stats.get("numRecords"),
+                     "first_file": lo.get("source_file"), "last_file": hi.get("source_file"),
+                     "first": lo.get("record_number"), "last": hi.get("record_number")})
+    spans: dict[str, list[tuple[int, int, int]]] = {}
+    for r in rows:
         if (r["first_file"] is None or r["first_file"] != r["last_file"] or r["first_file"] not in names
                 or r["rows"] is None or r["first"] is None or r["last"] is None):
             return None
-        rows_, first, last = counts.get(r["first_file"], (0, r["first"], r["last"]))
-        counts[r["first_file"]] = (rows_ + r["rows"], min(first, r["first"]), max(last, r["last"]))
+        spans.setdefault(r["first_file"], []).append((r["first"], r["last"], r["rows"]))
+    counts: dict[str, tuple[int, int, int]] = {}
+    for name, parts in spans.items():
+        parts.sort()
+        expected_first = 0
+        for first, last, n in parts:
+            if first != expected_first or n != last - first + 1:
+                return None
+            expected_first = last + 1
+        counts[name] = (sum(n for _, _, n in parts), parts[0][0], parts[-1][1])
     return counts

@@ -1,8 +1,6 @@
 """Unit tests of the ingest transforms and stage on small inline data; expected rows by hand."""
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 from chispa import assert_df_equality
 from delta.tables import DeltaTable
@@ -114,13 +112,71 @@ def test_ingest_record_numbers_count_each_file_from_zero_however_spark_packs_or_
     assert spark.conf.get("spark.sql.files.openCostInBytes") == open_cost   # restored
 
 
-def test_ingest_fails_loudly_when_a_task_reads_two_files(spark, tmp_path, session_conf, monkeypatch):
-    """If record numbers ever ran on across files (two files in one task), the accounting stops the stage."""
+# Every rule of the reader in one file: a line break inside quotes (CR LF), a blank line, doubled quotes and commas
+# inside quotes, a short and a long record, a blank line inside quotes, a lone CR ending a record, a byte that is not
+# UTF-8, a quoted empty field, and a last record with no line break.
+HOSTILE = (EVENTS_HEADER.encode() + b"\r\n"
+           b'E1,C1,2026-01-01 00:00:00,charge,1.00,web,"two\r\nlines"\r\n'
+           b"\r\n"
+           b'E2,C1,2026-01-01 00:00:00,charge,1.00,web,"say ""hi"", then, go"\n'
+           b"E3,C1,2026-01-01 00:00:00,charge,1.00,web\n"
+           b'E4,C1,2026-01-01 00:00:00,usage,2.00,app,"a\n\nb"\r'
+           b"E5,C1,2026-01-01 00:00:00,usage,2.00,app,caf\xe9\n"
+           b'E6,C1,2026-01-01 00:00:00,usage,2.00,app,""\n'
+           b'E7,C1,2026-01-01 00:00:00,usage,2.00,app,"x",extra\n'
+           b"E8,C1,2026-01-01 00:00:00,usage,2.00,app,last without newline")
+# (record_number, event_id, note, record_lines, malformed reason), by hand.
+HOSTILE_BRONZE = [
+    (0, "E1", "two\r\nlines", 2, None),
+    (1, "E2", 'say "hi", then, go', 1, None),
+    (2, "E3", None, 1, "wrong_field_count"),
+    (3, "E4", "a\n\nb", 3, None),
+    (4, "E5", "caf\ufffd", 1, None),
+    (5, "E6", None, 1, None),
+    (6, "E7", "x", 1, "wrong_field_count"),
+    (7, "E8", "last without newline", 1, None),
+]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 30])
+def test_a_file_read_in_chunks_of_any_size_gives_the_same_records(spark, tmp_path, monkeypatch, chunk):
+    """The pre-pass cuts the file into chunks of ``chunk`` bytes (a record boundary, a CR LF, a quote may fall on any
+    chunk edge); the splits it plans must give every record once, numbered and parsed as one whole read does."""
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", {})
+    (tmp_path / "in" / "events" / "events-00000.csv").write_bytes(HOSTILE)
+    monkeypatch.setattr(ingest, "chunk_bytes", lambda spark, total: chunk)
+    lake = str(tmp_path / "lake")
+
+    record = ingest.run(spark, inp, lake)
+
+    got = (spark.read.format("delta").load(f"{lake}/bronze/events")
+           .select("record_number", "event_id", "note", "record_lines", F.col("malformed.reason")).collect())
+    assert sorted(tuple(r) for r in got) == HOSTILE_BRONZE
+    q = spark.read.format("delta").load(f"{lake}/quarantine").where("dataset = 'events'").collect()
+    assert sorted((r["record_number"], r["raw"]) for r in q) == [
+        (2, "E3,C1,2026-01-01 00:00:00,charge,1.00,web"), (6, 'E7,C1,2026-01-01 00:00:00,usage,2.00,app,"x",extra')]
+    # 13 lines: the header, E1 on two, a blank one, E2, E3, E4 on three (one of them blank), E5 to E8.
+    assert record.counts["input"]["events"]["files"]["events-00000.csv"] == {
+        "bytes": len(HOSTILE), "lines": 13, "blank_lines": 2}
+    assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 8, "bronze": 6, "quarantined": 2}
+
+
+def test_ingest_fails_loudly_when_a_split_is_numbered_wrong(spark, tmp_path, monkeypatch):
+    """If a split's first record number were ever off (a bug in the pre-pass or the plan), the accounting stops the
+    stage instead of writing numbers that overlap or leave a gap."""
     inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n",
                       numbered_events(3, bad_every=5))
-    session_conf(**{"spark.sql.files.openCostInBytes": "0", "spark.sql.files.maxPartitionBytes": "1g",
-                    "spark.sql.files.minPartitionNum": "1"})
-    monkeypatch.setattr(ingest, "one_task_per_file", lambda spark: contextlib.nullcontext())
+    monkeypatch.setattr(ingest, "chunk_bytes", lambda spark, total: 300)
+    right = ingest.planned
+
+    def off_by_one(inputs, chunks):
+        layouts = right(inputs, chunks)
+        splits = layouts["events"].splits
+        assert len(splits) > 3, "the files must be read in several splits for this test"
+        splits[2][3] += 1
+        return layouts
+
+    monkeypatch.setattr(ingest, "planned", off_by_one)
     with pytest.raises(RuntimeError, match="not each record once: ingest's accounting does not add up"):
         ingest.run(spark, inp, str(tmp_path / "lake"))
 
@@ -150,7 +206,7 @@ def test_ingest_reads_bronze_counts_from_its_commit_and_they_match_a_scan(spark,
 
     monkeypatch.setattr(ingest, "bronze_counts_from_commit", lambda *a: None)   # force the scan
     assert ingest.accounting(spark, lake, record.wrote, {ds: [f"{inp}/{ds}/{n}" for n in files]
-                             for ds, files in record.counts["files"].items()}) == {
+                             for ds, files in record.counts["files"].items()})[0] == {
         k: v for k, v in record.counts.items() if k != "input"}   # "input": the independent count, apart
 
 
@@ -266,7 +322,8 @@ def test_a_quote_that_never_closes_sends_its_record_and_the_ones_it_swallowed_to
     q = spark.read.format("delta").load(f"{lake}/quarantine").collect()
     assert [(r["record_number"], r["reason"], r["detail"]) for r in q] == [
         (1, "unclosed_quote", "note holds whole records: a quote opened there is never closed")]
-    assert q[0]["raw"].startswith('"E2","C1",') and "E16,C1,2026-01-02 00:00:00,usage,2.00,app,n16" in q[0]["raw"]
+    # The raw text is the record's, exactly as in the file: from its first field to the end of the file.
+    assert q[0]["raw"] == 'E2,C1,2026-01-01 00:00:00,charge,1.00,web,"opens a quote\n' + swallowed
     assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 2, "bronze": 1, "quarantined": 1}
 
 
@@ -296,16 +353,16 @@ def test_a_corrupt_file_ends_with_one_line_naming_it_and_every_table_as_it_was(s
     assert spark.read.format("delta").load(delta_io.table_path(lake, "bronze_events")).count() == 3
 
 
-def test_a_record_past_the_parsers_column_limit_ends_with_one_line_and_nothing_written(spark, tmp_path, capsys):
-    from jobs.run import runner
-
+def test_a_record_of_thirty_thousand_fields_is_quarantined_with_its_raw_text(spark, tmp_path):
+    """No field limit: a record far wider than the contract is one more wrong field count, kept whole."""
     customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
-    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS + ",".join(["x"] * 30001) + "\n"})
-    lake = tmp_path / "lake"
-    assert runner.main(["ingest", "--input", inp, "--lake", str(lake)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "events-00000.csv holds a record with more fields than the CSV parser" in err[0], err
-    assert not [p for p in lake.rglob("_delta_log")], "no table may be left behind"
+    wide = ",".join(["x"] * 30001)
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS + wide + "\n"})
+    lake = str(tmp_path / "lake")
+    record = ingest.run(spark, inp, lake)
+    q = spark.read.format("delta").load(f"{lake}/quarantine").collect()
+    assert [(r["record_number"], r["reason"], r["raw"]) for r in q] == [(3, "wrong_field_count", wide)]
+    assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 4, "bronze": 3, "quarantined": 1}
 
 
 def test_the_independent_count_explains_every_physical_line_of_every_file(spark, tmp_path):

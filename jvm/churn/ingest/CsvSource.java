@@ -1,0 +1,413 @@
+package churn.ingest;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.io.compress.CompressionCodec;
+import org.apache.hadoop.io.compress.CompressionCodecFactory;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.util.SerializableConfiguration;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * CSV files read in byte ranges that start and end on record boundaries, so a file of any size is read by many
+ * tasks, each record once, with its exact record number (jobs/stages/ingest.py drives it; docs/etl.md, "Parsing").
+ *
+ * <p>Two modes (option {@code mode}), both over option {@code files}, a JSON list of {path, name, size}:
+ * <ul>
+ * <li>{@code scan}: one row per chunk of {@code chunkBytes} bytes of each file (a compressed file is one chunk,
+ * read whole): its quotes, physical lines and blank lines, and for each quote parity it may start at, its first
+ * record boundary and how many records start in it ({@code ChunkScan});</li>
+ * <li>{@code records}: one row per record of the splits in option {@code splits} (a JSON list of [file, start,
+ * end, first record number]; end -1: to the end of the stream): the first {@code columns} fields as strings (null
+ * when empty), then source_file, record_number, record_lines (the physical lines the record spans),
+ * field_count, raw (the record's text, only where the field count is wrong or a field swallowed whole records)
+ * and swallowed (the first column whose value holds a line feed followed by a whole record's separators).</li>
+ * </ul>
+ * A split that starts at a file's start skips the file's first record, its header (checked beforehand).
+ */
+public final class CsvSource implements TableProvider {
+    static final StructType SCAN = new StructType()
+        .add("file", DataTypes.IntegerType, false).add("chunk", DataTypes.IntegerType, false)
+        .add("start", DataTypes.LongType, false).add("end", DataTypes.LongType, false)
+        .add("quotes", DataTypes.LongType, false).add("lines", DataTypes.LongType, false)
+        .add("blank", DataTypes.LongType, false)
+        .add("first0", DataTypes.LongType, false).add("first1", DataTypes.LongType, false)
+        .add("records0", DataTypes.LongType, false).add("records1", DataTypes.LongType, false);
+    static final String[] TRAILER = {"source_file", "record_number", "record_lines", "field_count", "raw",
+        "swallowed"};
+
+    static StructType recordSchema(String[] columns) {
+        StructType t = new StructType();
+        for (String c : columns) t = t.add(c, DataTypes.StringType, true);
+        return t.add("source_file", DataTypes.StringType, false).add("record_number", DataTypes.LongType, false)
+            .add("record_lines", DataTypes.IntegerType, false).add("field_count", DataTypes.IntegerType, false)
+            .add("raw", DataTypes.StringType, true).add("swallowed", DataTypes.StringType, true);
+    }
+
+    @Override
+    public StructType inferSchema(CaseInsensitiveStringMap options) {
+        return new Options(options).schema();
+    }
+
+    @Override
+    public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        return new CsvTable(new Options(properties));
+    }
+
+    /** The source's options, parsed once on the driver; travels to the tasks. */
+    static final class Options implements Serializable {
+        private static final long serialVersionUID = 1L;
+        final String mode;
+        final String[] paths, names;
+        final long[] sizes;
+        final String[] columns;
+        final long chunkBytes;
+        final long[][] splits;
+
+        Options(Map<String, String> o) {
+            mode = required(o, "mode");
+            try {
+                ObjectMapper json = new ObjectMapper();
+                JsonNode files = json.readTree(required(o, "files"));
+                paths = new String[files.size()];
+                names = new String[files.size()];
+                sizes = new long[files.size()];
+                for (int i = 0; i < files.size(); i++) {
+                    paths[i] = files.get(i).get("path").asText();
+                    names[i] = files.get(i).get("name").asText();
+                    sizes[i] = files.get(i).get("size").asLong();
+                }
+                if (mode.equals("records")) {
+                    JsonNode cols = json.readTree(required(o, "columns"));
+                    columns = new String[cols.size()];
+                    for (int i = 0; i < cols.size(); i++) columns[i] = cols.get(i).asText();
+                    JsonNode s = json.readTree(required(o, "splits"));
+                    splits = new long[s.size()][];
+                    for (int i = 0; i < s.size(); i++) {
+                        splits[i] = new long[]{s.get(i).get(0).asLong(), s.get(i).get(1).asLong(),
+                            s.get(i).get(2).asLong(), s.get(i).get(3).asLong()};
+                    }
+                    chunkBytes = 0;
+                } else if (mode.equals("scan")) {
+                    columns = new String[0];
+                    splits = new long[0][];
+                    chunkBytes = Long.parseLong(required(o, "chunkBytes"));
+                    if (chunkBytes <= 0) throw new IllegalArgumentException("chunkBytes must be positive");
+                } else {
+                    throw new IllegalArgumentException("churn.ingest.CsvSource: unknown mode " + mode
+                        + " (scan or records)");
+                }
+            } catch (IOException e) {
+                throw new IllegalArgumentException("churn.ingest.CsvSource: an option is not JSON: "
+                    + e.getMessage(), e);
+            }
+        }
+
+        private static String required(Map<String, String> o, String key) {
+            String v = o.get(key);
+            if (v == null) throw new IllegalArgumentException("churn.ingest.CsvSource needs option " + key);
+            return v;
+        }
+
+        StructType schema() {
+            return mode.equals("scan") ? SCAN : recordSchema(columns);
+        }
+    }
+
+    static final class CsvTable implements Table, SupportsRead {
+        private final Options options;
+
+        CsvTable(Options options) {
+            this.options = options;
+        }
+
+        @Override
+        public String name() {
+            return "csv " + options.mode + " of " + options.paths.length + " files";
+        }
+
+        @Override
+        @SuppressWarnings("deprecation")   // Spark 3.5 still asks every Table for it
+        public StructType schema() {
+            return options.schema();
+        }
+
+        @Override
+        public Set<TableCapability> capabilities() {
+            return Collections.singleton(TableCapability.BATCH_READ);
+        }
+
+        @Override
+        public org.apache.spark.sql.connector.read.ScanBuilder newScanBuilder(CaseInsensitiveStringMap o) {
+            return () -> new CsvScan(options);
+        }
+    }
+
+    static final class CsvScan implements Scan, Batch {
+        private final Options options;
+
+        CsvScan(Options options) {
+            this.options = options;
+        }
+
+        @Override
+        public StructType readSchema() {
+            return options.schema();
+        }
+
+        @Override
+        public String description() {
+            return "churn.ingest.CsvSource " + options.mode;
+        }
+
+        @Override
+        public Batch toBatch() {
+            return this;
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            List<InputPartition> out = new ArrayList<>();
+            if (options.mode.equals("scan")) {
+                Configuration conf = hadoopConf();
+                CompressionCodecFactory codecs = new CompressionCodecFactory(conf);
+                for (int f = 0; f < options.paths.length; f++) {
+                    long size = options.sizes[f];
+                    if (codecs.getCodec(new Path(options.paths[f])) != null || size == 0) {
+                        out.add(new Part(out.size(), f, 0, -1, 0));
+                        continue;
+                    }
+                    int chunk = 0;
+                    for (long s = 0; s < size; s += options.chunkBytes) {
+                        out.add(new Part(out.size(), f, s, Math.min(size, s + options.chunkBytes), chunk++));
+                    }
+                }
+            } else {
+                for (long[] s : options.splits) out.add(new Part(out.size(), (int) s[0], s[1], s[2], s[3]));
+            }
+            return out.toArray(new InputPartition[0]);
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            return new Factory(options, new SerializableConfiguration(hadoopConf()));
+        }
+
+        private static Configuration hadoopConf() {
+            return SparkSession.active().sessionState().newHadoopConf();
+        }
+    }
+
+    /** A chunk (scan: {@code extra} = its index in its file) or a split (records: {@code extra} = the record number
+     *  of its first record); {@code end} -1: to the end of the stream. */
+    static final class Part implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final int index, file;
+        final long start, end, extra;
+
+        Part(int index, int file, long start, long end, long extra) {
+            this.index = index;
+            this.file = file;
+            this.start = start;
+            this.end = end;
+            this.extra = extra;
+        }
+    }
+
+    static final class Factory implements PartitionReaderFactory {
+        private static final long serialVersionUID = 1L;
+        private final Options options;
+        private final SerializableConfiguration conf;
+
+        Factory(Options options, SerializableConfiguration conf) {
+            this.options = options;
+            this.conf = conf;
+        }
+
+        @Override
+        public PartitionReader<InternalRow> createReader(InputPartition partition) {
+            Part part = (Part) partition;
+            return options.mode.equals("scan") ? new ScanReader(options, conf.value(), part)
+                : new RecordReader(options, conf.value(), part);
+        }
+    }
+
+    /** The file at {@code path} opened at byte {@code at} (decompressed, and then only at 0, if its name says it is
+     *  compressed, as Hadoop's text readers decide). */
+    static InputStream open(Configuration conf, String path, long at) throws IOException {
+        Path p = new Path(path);
+        FileSystem fs = p.getFileSystem(conf);
+        FSDataInputStream raw = fs.open(p, 1 << 20);
+        CompressionCodec codec = new CompressionCodecFactory(conf).getCodec(p);
+        if (codec != null) {
+            if (at != 0) throw new IllegalArgumentException(path + " is compressed: it is read whole");
+            return codec.createInputStream(raw);
+        }
+        if (at > 0) raw.seek(at);
+        return raw;
+    }
+
+    /** An I/O failure with the file's path in its message, so the driver's error can name the file. */
+    static IOException failure(String path, Exception e) {
+        return new IOException("churn.ingest.CsvSource could not read " + path + ": " + e, e);
+    }
+
+    static final class ScanReader implements PartitionReader<InternalRow> {
+        private final Options options;
+        private final Configuration conf;
+        private final Part part;
+        private boolean done;
+        private InternalRow row;
+
+        ScanReader(Options options, Configuration conf, Part part) {
+            this.options = options;
+            this.conf = conf;
+            this.part = part;
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            if (done) return false;
+            done = true;
+            String path = options.paths[part.file];
+            ChunkScan s;
+            try (InputStream in = open(conf, path, Math.max(part.start - 1, 0))) {
+                s = ChunkScan.scan(in, part.start, part.end, part.end >= 0 && part.end >= options.sizes[part.file]);
+            } catch (IOException | RuntimeException e) {
+                throw failure(path, e);
+            }
+            UnsafeRowWriter w = new UnsafeRowWriter(SCAN.size(), 0);
+            w.reset();
+            w.zeroOutNullBytes();
+            w.write(0, part.file);
+            w.write(1, (int) part.extra);
+            w.write(2, part.start);
+            w.write(3, part.end);
+            w.write(4, s.quotes);
+            w.write(5, s.lines);
+            w.write(6, s.blank);
+            w.write(7, s.first[0]);
+            w.write(8, s.first[1]);
+            w.write(9, s.records[0]);
+            w.write(10, s.records[1]);
+            row = w.getRow();
+            return true;
+        }
+
+        @Override
+        public InternalRow get() {
+            return row;
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    static final class RecordReader implements PartitionReader<InternalRow> {
+        private final String path;
+        private final byte[] name;
+        private final int columns;
+        private final InputStream in;
+        private final RecordParser parser;
+        private final UnsafeRowWriter writer;
+        private final Values values = new Values();
+        private final byte[][] columnNames;
+        private long recordNumber;
+        private boolean headerPending;
+
+        RecordReader(Options options, Configuration conf, Part part) {
+            this.path = options.paths[part.file];
+            this.name = options.names[part.file].getBytes(StandardCharsets.UTF_8);
+            this.columns = options.columns.length;
+            this.columnNames = new byte[columns][];
+            for (int c = 0; c < columns; c++) columnNames[c] = options.columns[c].getBytes(StandardCharsets.UTF_8);
+            this.writer = new UnsafeRowWriter(columns + TRAILER.length, 64 * (columns + 4));
+            this.recordNumber = part.extra;
+            this.headerPending = part.start == 0;
+            try {
+                this.in = open(conf, path, part.start);
+            } catch (IOException e) {
+                throw new RuntimeException(failure(path, e));
+            }
+            this.parser = new RecordParser(in, part.start, part.end);
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            try {
+                if (headerPending) {
+                    headerPending = false;
+                    if (!parser.next()) return false;
+                }
+                if (!parser.next()) return false;
+            } catch (IOException | RuntimeException e) {
+                throw failure(path, e);
+            }
+            RecordParser p = parser;
+            writer.reset();
+            writer.zeroOutNullBytes();
+            int swallowed = -1;
+            int n = Math.min(p.fields, columns);
+            for (int c = 0; c < n; c++) {
+                boolean lf = values.write(writer, c, p.buf, p.fieldStart[c], p.fieldEnd[c], p.quoted);
+                if (lf && swallowed < 0 && values.holdsWholeRecord(columns - 1)) swallowed = c;
+            }
+            for (int c = n; c < columns; c++) writer.setNullAt(c);
+            writer.write(columns, name, 0, name.length);
+            writer.write(columns + 1, recordNumber++);
+            writer.write(columns + 2, p.lines);
+            writer.write(columns + 3, p.fields);
+            if (p.fields != columns || swallowed >= 0) {
+                byte[] raw = Bytes.utf8(p.buf, p.recStart, p.recEnd - p.recStart);
+                writer.write(columns + 4, raw, 0, raw.length);
+            } else {
+                writer.setNullAt(columns + 4);
+            }
+            if (swallowed >= 0) {
+                writer.write(columns + 5, columnNames[swallowed], 0, columnNames[swallowed].length);
+            } else {
+                writer.setNullAt(columns + 5);
+            }
+            return true;
+        }
+
+        @Override
+        public InternalRow get() {
+            return writer.getRow();
+        }
+
+        @Override
+        public void close() throws IOException {
+            in.close();
+        }
+    }
+}
