@@ -1,8 +1,9 @@
 """The one way a job gets its SparkSession: whatever spark-submit configured (conf/ profiles), nothing added to
 it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver and, on a cluster, waits
 for an executor with a GPU, or stops saying why none came); the one way a job changes a Spark SQL setting for a
-while (``session_conf``); the one way it reads a profile's true/false switch (``conf_flag``); and the one way it
-runs independent Spark jobs side by side (``together``)."""
+while (``session_conf``); the one way it reads a profile's true/false switch (``conf_flag``); the one way it loads
+the project's own data sources (``project_source``); and the one way it runs independent Spark jobs side by side
+(``together``)."""
 from __future__ import annotations
 
 import contextlib
@@ -134,6 +135,19 @@ def session_conf(spark: SparkSession, conf: dict[str, str]):
     finally:
         for k, v in old.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def project_source(reader, source: str, what: str):
+    """``reader.load()`` for one of the project's own data sources (``jvm/``, class ``source``), with a missing jar
+    said as one line naming the fix instead of Spark's error."""
+    try:
+        return reader.load()
+    except Exception as e:   # py4j's error: the class is not on the session's classpath
+        if "DATA_SOURCE_NOT_FOUND" in str(e) or "Failed to find data source" in str(e):
+            raise UserError(f"{what} ({source}) is not on this Spark session's classpath: run scripts/setup (it "
+                            "builds build/jvm/churn-jvm.jar) and start the session with the jars "
+                            "jobs.launch.jars.jars_for names (scripts/submit does)") from None
+        raise
 
 
 def conf_flag(spark: SparkSession, key: str, default: bool) -> bool:

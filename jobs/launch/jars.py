@@ -1,4 +1,4 @@
-"""Where the JVM jars live (build/jars, filled by ``gradle jars``; build/generator, by ``gradle generatorJar``) and
+"""Where the JVM jars live (build/jars, filled by ``gradle jars``; build/jvm, by ``gradle jvmJar``) and
 which a profile needs."""
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def versions(path: Path = ROOT / "gradle.properties") -> dict[str, str]:
 _V = versions()
 DELTA_JARS = (f"delta-spark_2.12-{_V['deltaVersion']}.jar", f"delta-storage-{_V['deltaVersion']}.jar")
 RAPIDS_JAR = f"rapids-4-spark_2.12-{_V['rapidsVersion']}.jar"
-# The generator's data source (jvm/), built by ``gradle generatorJar`` (scripts/setup).
-GENERATOR_JAR = JARS_DIR.parent / "generator" / "churn-generate.jar"
+# The project's own data sources (jvm/: the generator, the CSV reader), built by ``gradle jvmJar`` (scripts/setup).
+JVM_JAR = JARS_DIR.parent / "jvm" / "churn-jvm.jar"
 
 
 class MissingJarsError(FileNotFoundError):
@@ -31,10 +31,10 @@ class MissingJarsError(FileNotFoundError):
 
 def jars_for(rapids: bool, jars_dir: Path = JARS_DIR) -> list[Path]:
     names = list(DELTA_JARS) + ([RAPIDS_JAR] if rapids else [])
-    paths = [jars_dir / n for n in names] + [jars_dir.parent / "generator" / GENERATOR_JAR.name]
+    paths = [jars_dir / n for n in names] + [jars_dir.parent / "jvm" / JVM_JAR.name]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise MissingJarsError(
-            f"missing jars: {', '.join(missing)}. Run scripts/setup (it runs 'gradle jars generatorJar')."
+            f"missing jars: {', '.join(missing)}. Run scripts/setup (it runs 'gradle jars jvmJar')."
         )
     return paths

@@ -28,7 +28,7 @@ from jobs.core.errors import UserError
 from jobs.core.params import AS_OF
 from jobs.core.stage import Param, Stage, StageRecord
 from jobs.lake import contract as C
-from jobs.lake.session import session_conf, together
+from jobs.lake.session import project_source, session_conf, together
 from jobs.ml import evaluate
 
 KINDS_ALL = tuple(dict.fromkeys(C.DEFECT_KINDS["customers"] + C.DEFECT_KINDS["events"]))
@@ -241,14 +241,7 @@ def _spec(p: Params, mode: str, b0: float | None = None, files: int = 0, count: 
 
 
 def _source(spark: SparkSession, spec: str) -> DataFrame:
-    try:
-        return spark.read.format(SOURCE).option("spec", spec).load()
-    except Exception as e:   # py4j's error: the class is not on the session's classpath
-        if "DATA_SOURCE_NOT_FOUND" in str(e) or "Failed to find data source" in str(e):
-            raise UserError(f"the generator's data source ({SOURCE}) is not on this Spark session's classpath: "
-                            "run scripts/setup (it builds build/generator/churn-generate.jar) and start the session "
-                            "with the jars jobs.launch.jars.jars_for names (scripts/submit does)") from None
-        raise
+    return project_source(spark.read.format(SOURCE).option("spec", spec), SOURCE, "the generator's data source")
 
 
 def _partitions(spark: SparkSession, p: Params, count: int) -> int:

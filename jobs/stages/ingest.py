@@ -43,7 +43,7 @@ from jobs.core.params import DATA_IN, LAKE
 from jobs.core.stage import Stage, StageRecord
 from jobs.lake import delta_io
 from jobs.lake.contract import DATASETS, MALFORMED, QUARANTINE_COLUMNS
-from jobs.lake.session import conf_flag, session_conf, together
+from jobs.lake.session import conf_flag, project_source, session_conf, together
 
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of every file it writes. On bronze's raw strings that
@@ -300,9 +300,9 @@ def options(files: list[InputFile]) -> dict[str, str]:
 def scanned(spark: SparkSession, inputs: dict[str, list[InputFile]]) -> dict[str, list]:
     """The pre-pass over every input file (one Spark job, one task per chunk): per dataset, one row per chunk."""
     everything = [f for ds in DATASETS for f in inputs[ds]]
-    rows = (spark.read.format(SOURCE).options(mode="scan", **options(everything))
-            .option("chunkBytes", chunk_bytes(spark, sum(f.size for f in everything)))
-            .load().collect())   # one small row per chunk of input
+    reader = (spark.read.format(SOURCE).options(mode="scan", **options(everything))
+              .option("chunkBytes", chunk_bytes(spark, sum(f.size for f in everything))))
+    rows = project_source(reader, SOURCE, "ingest's CSV reader").collect()   # one small row per chunk of input
     owner = [ds for ds in DATASETS for _ in inputs[ds]]
     first = {ds: next(i for i, o in enumerate(owner) if o == ds) for ds in DATASETS if inputs[ds]}
     out: dict[str, list] = {ds: [] for ds in DATASETS}

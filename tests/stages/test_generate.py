@@ -133,7 +133,7 @@ def test_a_session_without_the_generator_jar_gets_the_fix_and_nothing_is_written
     out = tmp_path / "gen"
     said = run_python(GENERATE_WITHOUT_THE_JAR, str(out), timeout=180)
     line = next(x for x in said.splitlines() if x.startswith("UserError:"))
-    assert "churn.generate.Source" in line and "scripts/setup" in line and "churn-generate.jar" in line
+    assert "churn.generate.Source" in line and "scripts/setup" in line and "churn-jvm.jar" in line
     assert not out.exists() or not any(out.iterdir())
 
 
