@@ -141,7 +141,7 @@ def test_submit_runs_a_job_on_a_standalone_cluster(standalone_cluster, tmp_path)
 
 
 @pytest.mark.slow
-def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run(standalone_cluster, spark, tmp_path):
+def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run_and_ingest_reads_them_all(standalone_cluster, spark, tmp_path):
     # generate's rows come from its JVM data source: executors in other JVMs need its jar, which submit passes.
     args = dict(customers=300, seed=5, defect_rate=0.1, rows_per_file=1000)
     out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
@@ -157,6 +157,20 @@ def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run(standa
         for name in local["datasets"][dataset]["files"]:
             written = (tmp_path / "cluster" / dataset / name).read_bytes()
             assert written == (tmp_path / "local" / dataset / name).read_bytes(), name
+
+    # ingest's CSV reader is a JVM data source too (the same jar): its pre-pass and splits run in the executors
+    out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
+                          "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g", "ingest",
+                          "--input", str(tmp_path / "cluster"), "--lake", str(tmp_path / "lake")],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    files = json.loads((tmp_path / "lake" / "_stages" / "ingest.json").read_text())["counts"]["files"]
+    for dataset in ("customers", "events"):
+        generated = {name: f["records"] for name, f in local["datasets"][dataset]["files"].items()}
+        assert {name: f["records"] for name, f in files[dataset].items()} == generated
+        bronze = spark.read.format("delta").load(str(tmp_path / "lake" / "bronze" / dataset))
+        assert bronze.count() == sum(generated.values())
+        assert bronze.select("source_file", "record_number").distinct().count() == sum(generated.values())
 
 
 def smoke_on(cluster: str, tmp_path, *options: str) -> list[str]:
