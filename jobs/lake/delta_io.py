@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.core.errors import UserError
 from jobs.lake import plans
 from jobs.lake.contract import TABLES
-from jobs.lake.session import conf_flag
+from jobs.lake.session import conf_flag, hadoop_fs
 
 
 def table_path(lake: str, name: str) -> str:
@@ -50,16 +50,10 @@ def last_commit(spark: SparkSession, path: str) -> Commit:
     return Commit(v, None if rows is None else int(rows))
 
 
-def _fs(spark: SparkSession, path: str):
-    jvm = spark.sparkContext._jvm
-    p = jvm.org.apache.hadoop.fs.Path(path)
-    return jvm, p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-
 def commit_actions(spark: SparkSession, path: str, v: int) -> list[dict]:
     """The actions of the table's commit ``v``, one dict each, as its log file holds them (Delta's PROTOCOL.md: one
     JSON action per line), read with the file system's client on the driver: no Spark job, no snapshot."""
-    jvm, p, fs = _fs(spark, f"{path.rstrip('/')}/_delta_log/{v:020d}.json")
+    jvm, p, fs = hadoop_fs(spark, f"{path.rstrip('/')}/_delta_log/{v:020d}.json")
     stream = fs.open(p)
     try:
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
@@ -70,7 +64,7 @@ def commit_actions(spark: SparkSession, path: str, v: int) -> list[dict]:
 
 def committed_version(spark: SparkSession, path: str) -> int | None:
     """The newest commit file's version in the table's log, from a listing (no Spark job); None: no table."""
-    jvm, log, fs = _fs(spark, path.rstrip("/") + "/_delta_log")
+    jvm, log, fs = hadoop_fs(spark, path.rstrip("/") + "/_delta_log")
     if not fs.exists(log):
         return None
     names = [st.getPath().getName() for st in fs.listStatus(log)]
@@ -79,18 +73,16 @@ def committed_version(spark: SparkSession, path: str) -> int | None:
 
 
 def folder_exists(spark: SparkSession, path: str) -> bool:
-    jvm = spark.sparkContext._jvm
-    p = jvm.org.apache.hadoop.fs.Path(path)
-    return bool(p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(p))
+    _, p, fs = hadoop_fs(spark, path)
+    return bool(fs.exists(p))
 
 
 def restore(spark: SparkSession, path: str, version: int | None) -> None:
     """The table at ``path`` put back to ``version`` (its rows as they were then, as a new commit); ``None``
     removes what is at ``path`` (the table did not exist: only files of an uncommitted write can be there)."""
     if version is None:
-        jvm = spark.sparkContext._jvm
-        p = jvm.org.apache.hadoop.fs.Path(path)
-        p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(p, True)
+        _, p, fs = hadoop_fs(spark, path)
+        fs.delete(p, True)
         return
     from delta.tables import DeltaTable
 

@@ -2,8 +2,8 @@
 it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver and, on a cluster, waits
 for an executor with a GPU, or stops saying why none came); the one way a job changes a Spark SQL setting for a
 while (``session_conf``); the one way it reads a profile's true/false switch (``conf_flag``); the one way it loads
-the project's own data sources (``project_source``); and the one way it runs independent Spark jobs side by side
-(``together``)."""
+the project's own data sources (``project_source``); the one way it reaches a path's Hadoop file system
+(``hadoop_fs``); and the one way it runs independent Spark jobs side by side (``together``)."""
 from __future__ import annotations
 
 import contextlib
@@ -135,6 +135,14 @@ def session_conf(spark: SparkSession, conf: dict[str, str]):
     finally:
         for k, v in old.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def hadoop_fs(spark: SparkSession, path: str):
+    """``(jvm, Path, FileSystem)`` for ``path`` through the session's Hadoop configuration, so local paths, HDFS and
+    object stores are listed, read and deleted alike, on the driver and without a Spark job."""
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return jvm, p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 
 def project_source(reader, source: str, what: str):

@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.core.errors import UserError
-from jobs.lake.session import conf_flag, registered_executors, together
+from jobs.lake.session import conf_flag, hadoop_fs, registered_executors, together
 
 IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
 FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
@@ -327,6 +327,5 @@ def load_model(spark: SparkSession, path: str) -> FittedLogisticRegression:
 
 def model_exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` (local or any Hadoop file system) holds a saved pyspark.ml model."""
-    jvm = spark.sparkContext._jvm
-    metadata = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/metadata")
-    return bool(metadata.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(metadata))
+    _, metadata, fs = hadoop_fs(spark, path.rstrip("/") + "/metadata")
+    return bool(fs.exists(metadata))

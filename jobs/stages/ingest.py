@@ -43,7 +43,7 @@ from jobs.core.params import DATA_IN, LAKE
 from jobs.core.stage import Stage, StageRecord
 from jobs.lake import delta_io
 from jobs.lake.contract import DATASETS, MALFORMED, QUARANTINE_COLUMNS
-from jobs.lake.session import conf_flag, project_source, session_conf, together
+from jobs.lake.session import conf_flag, hadoop_fs, project_source, session_conf, together
 
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of every file it writes. On bronze's raw strings that
@@ -145,11 +145,6 @@ STAGE = Stage("ingest", "CSV files -> bronze Delta tables + the quarantine's ing
 # ---------------------------------------------------------------------------------------------------------
 # Extract: find files, check them, parse them (all before anything is written).
 # ---------------------------------------------------------------------------------------------------------
-def _hadoop_fs(spark: SparkSession, path: str):
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return jvm, hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
 
 # What a dataset folder may hold. Spark's file index skips names that start with "_" or "." even when they are named
 # explicitly, and Hadoop picks a decompressor by the lower-case suffix, so such files would lose their records
@@ -184,7 +179,7 @@ def input_verdict(name: str, size: int, is_file: bool = True) -> str | None:
 def find_csv_files(spark: SparkSession, input: str, dataset: str) -> list[str]:
     """The dataset's CSV files (Hadoop file system, so local, HDFS and object stores work); any other file in the
     folder is refused (``input_verdict``), before anything is read."""
-    jvm, root, fs = _hadoop_fs(spark, input)
+    jvm, root, fs = hadoop_fs(spark, input)
     if not fs.exists(root):
         raise UserError(f"input folder {input} does not exist: pass --input the folder the generate stage "
                         f"wrote (it holds customers/ and events/)")
@@ -204,7 +199,7 @@ def find_csv_files(spark: SparkSession, input: str, dataset: str) -> list[str]:
 
 
 def first_line(spark: SparkSession, path: str) -> str | None:
-    jvm, hpath, fs = _hadoop_fs(spark, path)
+    jvm, hpath, fs = hadoop_fs(spark, path)
     stream = fs.open(hpath)
     try:
         codec = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(
@@ -238,7 +233,7 @@ def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, t
     """Size and modification time of each input file (one listing per dataset folder)."""
     states = {}
     for paths in files.values():
-        jvm, folder, fs = _hadoop_fs(spark, paths[0].rsplit("/", 1)[0])
+        jvm, folder, fs = hadoop_fs(spark, paths[0].rsplit("/", 1)[0])
         wanted = set(paths)
         for s in fs.listStatus(folder):
             if s.getPath().toString() in wanted:
@@ -393,7 +388,6 @@ def quarantine_rows(dataset: str):
 # ---------------------------------------------------------------------------------------------------------
 # Accounting: per input file, from the tables just written (bronze from its commit's statistics).
 # ---------------------------------------------------------------------------------------------------------
-# A Delta commit file holds one JSON action per line (Delta's PROTOCOL.md); only what the accounting reads.
 def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]],
                expected: dict[str, dict[str, int]] | None = None,
                quarantine_rows: int | None = None) -> tuple[dict, dict[tuple[str, str], int]]:
@@ -517,21 +511,17 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
     info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     if info.get("operation") != "WRITE" or (info.get("operationParameters") or {}).get("mode") != "Overwrite":
         return None
-    rows = []
+    spans: dict[str, list[tuple[int, int, int]]] = {}
     for a in actions:
         if "add" not in a:
             continue
         stats = json.loads(a["add"].get("stats") or "{}")
         lo, hi = stats.get("minValues") or {}, stats.get("maxValues") or {}
-        rows.append({"data_file": a["add"]["path"], "rows": stats.get("numRecords"),
-                     "first_file": lo.get("source_file"), "last_file": hi.get("source_file"),
-                     "first": lo.get("record_number"), "last": hi.get("record_number")})
-    spans: dict[str, list[tuple[int, int, int]]] = {}
-    for r in rows:
-        if (r["first_file"] is None or r["first_file"] != r["last_file"] or r["first_file"] not in names
-                or r["rows"] is None or r["first"] is None or r["last"] is None):
+        name, n = lo.get("source_file"), stats.get("numRecords")
+        first, last = lo.get("record_number"), hi.get("record_number")
+        if name is None or name != hi.get("source_file") or name not in names or None in (first, last, n):
             return None
-        spans.setdefault(r["first_file"], []).append((r["first"], r["last"], r["rows"]))
+        spans.setdefault(name, []).append((first, last, n))
     counts: dict[str, tuple[int, int, int]] = {}
     for name, parts in spans.items():
         parts.sort()
