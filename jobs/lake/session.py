@@ -7,6 +7,7 @@ the project's own data sources (``project_source``); the one way it reaches a pa
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -143,6 +144,23 @@ def hadoop_fs(spark: SparkSession, path: str):
     jvm = spark.sparkContext._jvm
     p = jvm.org.apache.hadoop.fs.Path(path)
     return jvm, p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def free_shuffle_files(spark: SparkSession) -> None:
+    """Asks the driver's JVM to collect its garbage now, so that Spark's ContextCleaner deletes the shuffle files
+    (and cached blocks) of queries nothing refers to any more. Spark cleans them only once the driver's collector
+    finds them unreachable, and a driver with a large heap may not collect for the whole stage
+    (``spark.cleaner.periodicGC.interval``: 30 min); until then the files fill the executors' local disks.
+
+    Python's collector first: DataFrames in reference cycles hold their JVM objects until it runs. The JVM learns
+    of the objects Python let go of only after its next call from Python (py4j), so it collects twice, half a
+    second apart: the first call delivers the releases, the second finds the queries unreachable (back to back,
+    the second came too early on a local session)."""
+    gc.collect()
+    jvm = spark.sparkContext._jvm
+    jvm.System.gc()
+    time.sleep(0.5)
+    jvm.System.gc()
 
 
 def project_source(reader, source: str, what: str):

@@ -18,24 +18,29 @@ Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so
 """
 from __future__ import annotations
 
+import os
 from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from jobs.core.errors import UserError
 from jobs.core.params import AS_OF, LAKE
 from jobs.core.stage import REQUIRED as NO_DEFAULT, Stage, StageRecord
-from jobs.lake import delta_io
+from jobs.lake import delta_io, plans
 from jobs.lake.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASON, CATEGORIES, CLEAN_CHECK_ORDER,
                                 CUSTOMER_CATEGORICALS, CUSTOMER_COLUMNS, DATASETS, DATE_FORMAT, EARLIEST_DATE,
                                 EVENT_CATEGORICALS, EVENT_COLUMNS, MALFORMED, MONTHLY_CHARGES_RANGE,
                                 QUARANTINE_COLUMNS, REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
-from jobs.lake.session import conf_flag, session_conf, together
+from jobs.lake.session import free_shuffle_files, hadoop_fs, session_conf, together
 
-# Whether the two classified frames are materialised for their readers (``materialised``). The cpu profile keeps
-# the default (the checks are the costly part on a CPU, and run once); gpu profiles set it to false: the GPU
-# classifies again faster than Spark keeps and reads a CPU-side copy of its output (docs/gpu.md).
+# How the two classified frames are kept for their readers (``materialised``): true (the default, the cpu profile's:
+# the checks are the costly part on a CPU, and run once), false (each reader classifies again: a shuffle of the
+# raw rows per reader), or files (written once as Parquet under the lake's SCRATCH folder and read back: the gpu
+# profile's; the GPU writes and scans Parquet itself, and the raw rows are shuffled once; docs/gpu.md).
 MATERIALISE_KEY = "spark.churn.clean.materialise"
+MATERIALISE_MODES = ("true", "false", "files")
+SCRATCH = "_scratch/clean"   # under the lake: the files mode's frames, removed when the stage ends
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of each file it writes; on silver's wide rows that is a
 # tenth of clean's work, and silver is laid out by a hash of the customer, so file skipping has little to gain from
@@ -62,6 +67,17 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     bronze_c, bronze_e = well_formed(bronze_c), well_formed(bronze_e)   # the malformed are ingest's quarantine's
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
+    materialise_mode(spark)   # a wrong setting stops here, before anything is written
+    scratch = os.path.join(lake, SCRATCH)
+    remove_folder(spark, scratch)   # a killed run's leftovers
+    try:
+        return classify_and_write(spark, lake, as_of, record, bronze_c, bronze_e, ingest_q, scratch)
+    finally:
+        remove_folder(spark, scratch)
+
+
+def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: StageRecord, bronze_c: DataFrame,
+                       bronze_e: DataFrame, ingest_q: DataFrame, scratch: str) -> StageRecord:
     # One shuffle per dataset, by customer, of the raw rows: the duplicate window, the checks, the superseded window
     # and the join with the customers' status all run on that one partitioning (a window or join keyed by customer
     # needs no other), spread over every core whatever the sizes of bronze's files (one per input file). Each
@@ -76,18 +92,18 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
                                  .transform(with_checks("customers", as_of))
                                  .transform(with_duplicates_marked)
                                  .transform(with_superseded_marked)
-                                 .transform(outcome("customers")))
+                                 .transform(outcome("customers")), f"{scratch}/customers")
     events = materialised(spark, bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
                           .transform(with_copies_numbered(EVENT_COLUMNS))
                           .transform(with_checks("events", as_of))
                           .transform(with_duplicates_marked)
                           .transform(with_customer_reasons(customer_status(customers, ingest_q)))
-                          .transform(outcome("events")))
+                          .transform(outcome("events")), f"{scratch}/events")
     quarantine = (customers.transform(quarantine_rows("customers"))
                   .unionByName(events.transform(quarantine_rows("events")))
                   .repartition("dataset", "source_file"))   # few rows: a few right-sized files
-    # Silver stays hash-partitioned by customer (the features stage aggregates per customer); adaptive execution
-    # sizes its files. The three writes run side by side: under the gpu profiles the Delta writes run on the CPU
+    # Silver stays hash-partitioned by customer (the features stage aggregates per customer; in the files mode, as
+    # the scratch files are: one customer's rows side by side); adaptive execution sizes its files. The three writes run side by side: under the gpu profiles the Delta writes run on the CPU
     # (RAPIDS 25.04 has no Delta 3.3 writer) while the next one's classification runs on the GPU.
     silver = {ds: (df.transform(silver_rows(ds)), delta_io.table_path(lake, f"silver_{ds}"))
               for ds, df in (("customers", customers), ("events", events))}
@@ -123,20 +139,47 @@ def well_formed(bronze: DataFrame) -> DataFrame:
     return bronze.where(F.col(MALFORMED).isNull()).drop(MALFORMED)
 
 
-def materialised(spark: SparkSession, df: DataFrame) -> DataFrame:
-    """``df`` computed once and kept as rows in the executors' block stores (memory, then local disk: a local
-    checkpoint), keeping its partitioning; each later reader scans those rows. Unless the profile sets
-    ``MATERIALISE_KEY`` to false: then each reader computes ``df`` again. Every step is deterministic (each window
-    has a total order), so both ways give the same rows.
+def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None) -> DataFrame:
+    """``df`` computed once for its several readers, as ``MATERIALISE_KEY`` says (every step is deterministic, each
+    window having a total order, so every mode gives the same rows):
 
-    A local checkpoint rather than ``persist()``: a DataFrame cache converts every row into compressed column
-    batches, which on these wide string rows cost 40% more than the classification itself (bench-etl, 200k
-    customers), and its plan keeps the 200 shuffle partitions (adaptive execution may not coalesce a cached plan).
-    The price: a lost executor loses its blocks and the stage fails instead of recomputing them; the runner then
-    puts the stage's tables back and a rerun starts clean."""
-    if not conf_flag(spark, MATERIALISE_KEY, True):
+    - true (default): kept as rows in the executors' block stores (memory, then local disk: a local checkpoint),
+      with its partitioning. A local checkpoint rather than ``persist()``: a DataFrame cache converts every row
+      into compressed column batches, which on these wide string rows cost 40% more than the classification
+      itself (bench-etl, 200k customers), and its plan keeps the 200 shuffle partitions (adaptive execution may
+      not coalesce a cached plan). The price: a lost executor loses its blocks and the stage fails instead of
+      recomputing them; the runner then puts the stage's tables back and a rerun starts clean.
+    - false: not kept; each reader computes ``df`` again (its shuffle of the raw rows too).
+    - files: written once as Parquet to ``scratch`` and read back (a Parquet write and scan run on the GPU; the
+      caller removes ``scratch``). The rows keep their order within each file, so a customer's rows stay side
+      by side; the shuffle behind them is freed once written (``free_shuffle_files``): at 500M records the raw
+      rows' shuffle is tens of GB of local disk."""
+    mode = materialise_mode(spark)
+    if mode == "false":
         return df
-    return df.localCheckpoint(eager=True)
+    if mode == "true":
+        return df.localCheckpoint(eager=True)
+    if scratch is None:
+        raise ValueError("materialised: the files mode needs a scratch folder")
+    plans.observe(df, scratch)   # the classification's plan, for the GPU plan collector (its later readers scan files)
+    df.write.mode("overwrite").parquet(scratch)
+    free_shuffle_files(spark)
+    return spark.read.parquet(scratch)
+
+
+def materialise_mode(spark: SparkSession) -> str:
+    value = spark.conf.get(MATERIALISE_KEY, "true")
+    mode = value.strip().lower()
+    if mode not in MATERIALISE_MODES:
+        raise UserError(f"{MATERIALISE_KEY}={value!r} is not one of {', '.join(MATERIALISE_MODES)}: set it to one "
+                        "of them in the profile (conf/*.conf; docs/etl.md says what each does)")
+    return mode
+
+
+def remove_folder(spark: SparkSession, path: str) -> None:
+    _, p, fs = hadoop_fs(spark, path)
+    if fs.exists(p):
+        fs.delete(p, True)
 
 
 def release(*frames: DataFrame) -> None:

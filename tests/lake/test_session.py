@@ -26,6 +26,31 @@ def test_a_profile_switch_neither_true_nor_false_names_its_key(spark):
             conf_flag(spark, "spark.churn.clean.materialise", True)
 
 
+def test_free_shuffle_files_deletes_the_shuffle_files_of_a_finished_query(spark):
+    """Spark keeps a query's shuffle files until the driver's garbage collector finds the query unreachable; after
+    free_shuffle_files they go within seconds (clean's files mode relies on it at 500M records)."""
+    from pathlib import Path
+
+    from jobs.lake.session import free_shuffle_files
+
+    dirs = [Path(d.getPath()) for d in spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().blockManager()
+            .diskBlockManager().localDirs()]
+
+    def shuffle_files() -> set[str]:
+        return {str(f) for d in dirs for f in d.rglob("shuffle_*.data")}
+
+    before = shuffle_files()
+    rows = spark.range(20000).repartition(7, "id").selectExpr("id % 5 AS k").groupBy("k").count().collect()
+    assert sorted(r["count"] for r in rows) == [4000] * 5
+    made = shuffle_files() - before
+    assert made, "the query wrote no shuffle file: nothing to test"
+    free_shuffle_files(spark)
+    deadline = time.monotonic() + 30
+    while made & shuffle_files() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not made & shuffle_files(), "the finished query's shuffle files are still there"
+
+
 def test_together_runs_spark_jobs_side_by_side_and_raises_only_after_all_finish(spark):
     import threading
 

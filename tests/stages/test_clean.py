@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from jobs.core.errors import UserError
 from jobs.lake import delta_io
 from jobs.lake.contract import CUSTOMER_COLUMNS, CUSTOMERS_CSV_SCHEMA, EVENT_COLUMNS, EVENTS_CSV_SCHEMA
 from jobs.launch import profiles
@@ -229,6 +231,18 @@ def test_silver_rows_are_typed_and_canonical(spark):
 # ---------------------------------------------------------------------------------------------------------
 # clean through the stage entry point on a tiny lake (idempotence of the writes)
 # ---------------------------------------------------------------------------------------------------------
+def test_an_unknown_materialise_mode_stops_clean_before_it_writes(spark, tmp_path, session_conf):
+    lake = str(tmp_path / "lake")
+    delta_io.overwrite(bronze(spark, "customers", [customer(0)]), delta_io.table_path(lake, "bronze_customers"))
+    delta_io.overwrite(bronze(spark, "events", [event(0)]), delta_io.table_path(lake, "bronze_events"))
+    delta_io.overwrite(spark.createDataFrame([], QUARANTINE_SCHEMA), delta_io.table_path(lake, "quarantine"))
+    session_conf(**{clean.MATERIALISE_KEY: "disk"})
+    with pytest.raises(UserError, match=r"spark.churn.clean.materialise='disk' is not one of true, false, files"):
+        clean.run(spark, lake, AS_OF)
+    assert not delta_io.exists(spark, delta_io.table_path(lake, "silver_customers"))
+    assert not (tmp_path / "lake" / "_scratch").exists()
+
+
 def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_path, session_conf):
     """The rerun also recomputes its classified frames instead of materialising them (gpu profiles do): same rows."""
     lake = str(tmp_path / "lake")
@@ -243,8 +257,8 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     first = clean.run(spark, lake, AS_OF)
     snapshot = {t: spark.read.format("delta").load(delta_io.table_path(lake, t)).collect()
                 for t in ("silver_customers", "silver_events", "quarantine")}
-    assert profiles.load_profile("gpu")[clean.MATERIALISE_KEY] == "false"
-    assert profiles.load_profile("gpu-explain")[clean.MATERIALISE_KEY] == "false"
+    assert profiles.load_profile("gpu")[clean.MATERIALISE_KEY] == "files"
+    assert profiles.load_profile("gpu-explain")[clean.MATERIALISE_KEY] == "files"
     assert clean.MATERIALISE_KEY not in profiles.load_profile("cpu")
     kept = clean.materialised(spark, bc)
     assert kept._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRDD"
@@ -253,10 +267,13 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     session_conf(**{clean.MATERIALISE_KEY: "false"})
     assert clean.materialised(spark, bc) is bc
     second = clean.run(spark, lake, AS_OF)
+    session_conf(**{clean.MATERIALISE_KEY: " Files "})
+    third = clean.run(spark, lake, AS_OF)
+    assert not (tmp_path / "lake" / "_scratch" / "clean").exists(), "the files mode left its scratch files behind"
     for t, rows in snapshot.items():
         again = spark.read.format("delta").load(delta_io.table_path(lake, t))
         assert sorted(again.collect()) == sorted(rows), t
-    assert first.counts == second.counts
+    assert first.counts == second.counts == third.counts
     assert first.counts["totals"] == {
         "customers": {"bronze": 3, "silver": 1, "quarantined": {"unknown_category": 1},
                       "duplicates_removed": 1},
