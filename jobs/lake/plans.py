@@ -31,13 +31,24 @@ def potential_gpu_plan(df: DataFrame, level: str = "ALL") -> str:
     return str(jvm.com.nvidia.spark.rapids.ExplainPlan.explainPotentialGpuPlan(df._jdf, level))
 
 
+# The plugin's own operators and expressions (GpuProjectExec, GpuFileSourceScanExec, TargetSize, ...): classes of
+# these packages.
+_RAPIDS_CLASS = re.compile(r"operator class (com\.nvidia\.spark\.rapids|org\.apache\.spark\.sql\.rapids)\.")
+
+
 def fallbacks(report: str) -> list[Fallback]:
+    """The report's ``!`` lines as records, less those naming one of the plugin's own GPU operators: under a
+    profile that runs on the GPU, a query without an exchange (a scan of files and a filter) is already converted
+    to GPU operators when its plan is explained, and the planner then says it cannot convert them again; they run on
+    the GPU."""
     found = []
     for line in report.splitlines():
         m = _LINE.match(line)
         if m:
             rest = m.group("rest")
             reason = rest.split("because", 1)[1].strip() if "because" in rest else rest.strip()
+            if m.group("name").startswith("Gpu") or _RAPIDS_CLASS.search(reason):
+                continue
             found.append(Fallback(m.group("kind") or "Operator", m.group("name"), reason))
     return found
 
