@@ -136,6 +136,19 @@ def test_the_fit_predicts_hand_computed_seconds():
     assert models["train"].seconds(500_000, 16) == pytest.approx(10.0 + 320e-6 * 500_000 / 16)
 
 
+def test_the_fit_uses_the_newest_codes_runs_only():
+    """An older commit's slower runs (added first) do not bend the line of the newest code's."""
+    cal = _calibration()
+    old = [Run("hand", "h", "cpu", 16, 0, 1_000_000, 100_000, {"clean": 90.0, "train": 40.0}, commit="old"),
+           Run("hand", "h", "cpu", 16, 0, 10_000_000, 1_000_000, {"clean": 150.0, "train": 45.0}, commit="old")]
+    newer = [Run(r.source, r.host, r.profile, r.cores, r.gpus, r.records, r.customers, r.seconds, commit="new")
+             for r in cal.runs]
+    cal = Calibration(cal.hosts, old + newer, cal.sources)
+    assert cal.current_runs("h", "cpu") == newer[:2]
+    models = cal.fit("h", "cpu")
+    assert models["clean"].fixed_s == pytest.approx(10.0) and models["clean"].us_per_unit == pytest.approx(160.0)
+
+
 def test_the_recommendation_moves_with_gpus_gpu_memory_and_nodes():
     cal, size = _calibration(), _size(100_000_000, 9_000_000)
     no_gpu = advise(size, Resources(1, 16, 128), cal)
