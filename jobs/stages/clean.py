@@ -40,7 +40,7 @@ from jobs.lake.session import free_shuffle_files, hadoop_fs, session_conf, toget
 # profile's; the GPU writes and scans Parquet itself, and the raw rows are shuffled once; docs/gpu.md).
 MATERIALISE_KEY = "spark.churn.clean.materialise"
 MATERIALISE_MODES = ("true", "false", "files")
-SCRATCH = "_scratch/clean"   # under the lake: the files mode's frames, removed when the stage ends
+SCRATCH = "_clean_scratch"   # under the lake: the files mode's frames, removed when the stage ends
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of each file it writes; on silver's wide rows that is a
 # tenth of clean's work, and silver is laid out by a hash of the customer, so file skipping has little to gain from

@@ -24,6 +24,10 @@ SENIOR_AGE = 65
 SERVICE_FLAGS = ("phone_service", "multiple_lines", "online_security", "online_backup", "device_protection",
                  "tech_support", "streaming_tv", "streaming_movies")
 TS = "yyyy-MM-dd HH:mm:ss"
+# Delta keeps min/max/null counts of the first 32 columns of each file it writes: on gold's 45 columns, 32 of them
+# doubles no reader filters on, that was ~10% of the stage's warm time (300k customers, 2 cores). Kept for the id
+# alone, what a reader of one customer filters on. A table property, set when the table is created.
+GOLD_PROPERTIES = {"delta.dataSkippingStatsColumns": ID}
 
 
 def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
@@ -32,7 +36,8 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     events, record.read["silver_events"] = delta_io.read_table(spark, lake, "silver_events")
 
     gold = build_features(customers, events, as_of)
-    record.wrote["gold_features"] = delta_io.overwrite(gold, delta_io.table_path(lake, "gold_features"))
+    record.wrote["gold_features"] = delta_io.overwrite_counted(gold, delta_io.table_path(lake, "gold_features"),
+                                                               properties=GOLD_PROPERTIES).version
 
     written, _ = delta_io.read_table(spark, lake, "gold_features", record.wrote["gold_features"])
     row = written.agg(F.count(F.lit(1)).alias("customers"), F.sum(LABEL).alias("churned")).first()

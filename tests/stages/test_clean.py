@@ -240,7 +240,7 @@ def test_an_unknown_materialise_mode_stops_clean_before_it_writes(spark, tmp_pat
     with pytest.raises(UserError, match=r"spark.churn.clean.materialise='disk' is not one of true, false, files"):
         clean.run(spark, lake, AS_OF)
     assert not delta_io.exists(spark, delta_io.table_path(lake, "silver_customers"))
-    assert not (tmp_path / "lake" / "_scratch").exists()
+    assert not (tmp_path / "lake" / clean.SCRATCH).exists()
 
 
 def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_path, session_conf):
@@ -269,7 +269,7 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     second = clean.run(spark, lake, AS_OF)
     session_conf(**{clean.MATERIALISE_KEY: " Files "})
     third = clean.run(spark, lake, AS_OF)
-    assert not (tmp_path / "lake" / "_scratch" / "clean").exists(), "the files mode left its scratch files behind"
+    assert not (tmp_path / "lake" / clean.SCRATCH).exists(), "the files mode left its scratch files behind"
     for t, rows in snapshot.items():
         again = spark.read.format("delta").load(delta_io.table_path(lake, t))
         assert sorted(again.collect()) == sorted(rows), t

@@ -64,7 +64,8 @@ def test_event_windows_at_their_boundaries_and_the_label(spark):
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
+def two_customers(spark):
+    """Silver customers A and B, and A's three events (a charge, a payment, a termination after the cutoff)."""
     customers = spark.createDataFrame([
         ("A", dt.date(2025, 10, 1), dt.date(1960, 4, 1), "Month-to-month", "Electronic check", "Fiber optic",
          "Female", "North", "Yes", "No", 80.0),
@@ -79,6 +80,11 @@ def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
     events = silver_events(spark, [
         ("A", "2026-03-01 08:00:00", "charge", 80.0), ("A", "2026-02-01 08:00:00", "payment", 80.0),
         ("A", "2026-05-01 00:00:00", "termination", 0.0)])
+    return customers, events
+
+
+def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
+    customers, events = two_customers(spark)
 
     got = features.build_features(customers, events, AS_OF)
 
@@ -95,3 +101,20 @@ def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
         [tuple([cid] + [vals.get(c, 0.0) for c in (LABEL, *FEATURES)]) for cid, vals in (("A", a), ("B", b))],
         got.schema)
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_the_stage_writes_gold_counts_its_rows_and_keeps_statistics_for_the_id_only(spark, tmp_path):
+    from delta.tables import DeltaTable
+
+    from jobs.lake import delta_io
+
+    lake = str(tmp_path / "lake")
+    customers, events = two_customers(spark)
+    delta_io.overwrite(customers, delta_io.table_path(lake, "silver_customers"))
+    delta_io.overwrite(events, delta_io.table_path(lake, "silver_events"))
+    record = features.run(spark, lake, AS_OF)
+    assert record.counts == {"customers": 2, "rows": 2, "churned": 1}
+    gold = delta_io.table_path(lake, "gold_features")
+    assert spark.read.format("delta").load(gold).count() == 2
+    props = DeltaTable.forPath(spark, gold).detail().first()["properties"]
+    assert props["delta.dataSkippingStatsColumns"] == "customer_id"
