@@ -22,3 +22,14 @@ def test_the_background_runs_arguments_reach_its_steps_as_values_not_shell_code(
         time.sleep(1)
     assert not pwned.exists()
     assert f"step 'generate {customers}' started" in log.read_text()
+
+
+def test_scale_refuses_sizes_that_are_not_numbers_of_customers_before_it_runs_anything(tmp_path):
+    env = {**os.environ, "GPUVAL": str(tmp_path / "state")}
+    for sizes, message in (("", "scale needs sizes"), ("80000,8e5", "'8e5' is not a number of customers"),
+                           ("0", "'0' is not a number of customers")):
+        out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "scale", sizes], capture_output=True, text=True,
+                             timeout=60, env=env, cwd=ROOT)
+        assert out.returncode == 2, out.stderr
+        assert message in out.stderr
+    assert not list((tmp_path / "state").glob("scale-*")), "a refused scale created a size's folder"
