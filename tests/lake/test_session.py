@@ -44,10 +44,15 @@ def test_free_shuffle_files_deletes_the_shuffle_files_of_a_finished_query(spark)
     assert sorted(r["count"] for r in rows) == [4000] * 5
     made = shuffle_files() - before
     assert made, "the query wrote no shuffle file: nothing to test"
-    free_shuffle_files(spark)
-    deadline = time.monotonic() + 30
+    # Spark's cleaner thread deletes them, one cleanup after another: in a session that has run many queries (this
+    # test process) it first works through every other object the collection freed, so it is given time, and asked
+    # again, but never left to its own schedule (every 30 minutes).
+    deadline = time.monotonic() + 120
     while made & shuffle_files() and time.monotonic() < deadline:
-        time.sleep(0.2)
+        free_shuffle_files(spark)
+        pause = time.monotonic() + 15
+        while made & shuffle_files() and time.monotonic() < pause:
+            time.sleep(0.2)
     assert not made & shuffle_files(), "the finished query's shuffle files are still there"
 
 
