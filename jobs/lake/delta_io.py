@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.core.errors import UserError
 from jobs.lake import plans
 from jobs.lake.contract import TABLES
-from jobs.lake.session import conf_flag, hadoop_fs
+from jobs.lake.session import conf_flag, hadoop_fs, remove_path
 
 
 def table_path(lake: str, name: str) -> str:
@@ -81,8 +81,7 @@ def restore(spark: SparkSession, path: str, version: int | None) -> None:
     """The table at ``path`` put back to ``version`` (its rows as they were then, as a new commit); ``None``
     removes what is at ``path`` (the table did not exist: only files of an uncommitted write can be there)."""
     if version is None:
-        _, p, fs = hadoop_fs(spark, path)
-        fs.delete(p, True)
+        remove_path(spark, path)
         return
     from delta.tables import DeltaTable
 

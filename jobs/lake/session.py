@@ -1,9 +1,10 @@
 """The one way a job gets its SparkSession: whatever spark-submit configured (conf/ profiles), nothing added to
 it (under a GPU profile it also starts loading the RAPIDS native libraries on the driver and, on a cluster, waits
 for an executor with a GPU, or stops saying why none came); the one way a job changes a Spark SQL setting for a
-while (``session_conf``); the one way it reads a profile's true/false switch (``conf_flag``); the one way it loads
-the project's own data sources (``project_source``); the one way it reaches a path's Hadoop file system
-(``hadoop_fs``); and the one way it runs independent Spark jobs side by side (``together``)."""
+while (``session_conf``); the one way it reads a profile's switch or choice (``conf_flag``, ``conf_choice``); the
+one way it loads the project's own data sources (``project_source``); the one way it reaches a path's Hadoop file
+system (``hadoop_fs``, ``remove_path``); and the one way it runs independent Spark jobs side by side
+(``together``)."""
 from __future__ import annotations
 
 import contextlib
@@ -146,6 +147,13 @@ def hadoop_fs(spark: SparkSession, path: str):
     return jvm, p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 
+def remove_path(spark: SparkSession, path: str) -> None:
+    """Deletes what is at ``path`` (a folder with everything in it), if anything is."""
+    _, p, fs = hadoop_fs(spark, path)
+    if fs.exists(p):
+        fs.delete(p, True)
+
+
 def free_shuffle_files(spark: SparkSession) -> None:
     """Asks the driver's JVM to collect its garbage now, so that Spark's ContextCleaner deletes the shuffle files
     (and cached blocks) of queries nothing refers to any more. Spark cleans them only once the driver's collector
@@ -176,16 +184,22 @@ def project_source(reader, source: str, what: str):
         raise
 
 
-def conf_flag(spark: SparkSession, key: str, default: bool) -> bool:
-    """A profile's true/false setting (case and surrounding spaces ignored), ``default`` when it is unset; any
-    other value stops with one message naming the key, rather than being read as either."""
+def conf_choice(spark: SparkSession, key: str, choices: tuple[str, ...], default: str) -> str:
+    """A profile's setting that takes one of ``choices`` (case and surrounding spaces ignored), ``default`` when it is
+    unset; any other value stops with one message naming the key and the choices, rather than being read as one."""
     value = spark.conf.get(key, None)
     if value is None:
         return default
     word = value.strip().lower()
-    if word not in ("true", "false"):
-        raise UserError(f"{key}={value!r} is neither true nor false: set it to one of them in the profile (conf/*.conf)")
-    return word == "true"
+    if word not in choices:
+        said = "neither true nor false" if set(choices) == {"true", "false"} else f"not one of {', '.join(choices)}"
+        raise UserError(f"{key}={value!r} is {said}: set it to one of them in the profile (conf/*.conf)")
+    return word
+
+
+def conf_flag(spark: SparkSession, key: str, default: bool) -> bool:
+    """A profile's true/false switch (``conf_choice``)."""
+    return conf_choice(spark, key, ("true", "false"), "true" if default else "false") == "true"
 
 
 def together(work: dict[str, Callable[[], T]]) -> dict[str, T]:

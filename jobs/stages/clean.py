@@ -24,7 +24,6 @@ from functools import partial, reduce
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from jobs.core.errors import UserError
 from jobs.core.params import AS_OF, LAKE
 from jobs.core.stage import REQUIRED as NO_DEFAULT, Stage, StageRecord
 from jobs.lake import delta_io, plans
@@ -32,7 +31,7 @@ from jobs.lake.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASO
                                 CUSTOMER_CATEGORICALS, CUSTOMER_COLUMNS, DATASETS, DATE_FORMAT, EARLIEST_DATE,
                                 EVENT_CATEGORICALS, EVENT_COLUMNS, MALFORMED, MONTHLY_CHARGES_RANGE,
                                 QUARANTINE_COLUMNS, REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
-from jobs.lake.session import free_shuffle_files, hadoop_fs, session_conf, together
+from jobs.lake.session import conf_choice, free_shuffle_files, remove_path, session_conf, together
 
 # How the two classified frames are kept for their readers (``materialised``): true (the default, the cpu profile's:
 # the checks are the costly part on a CPU, and run once), false (each reader classifies again: a shuffle of the
@@ -69,11 +68,11 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
 
     materialise_mode(spark)   # a wrong setting stops here, before anything is written
     scratch = os.path.join(lake, SCRATCH)
-    remove_folder(spark, scratch)   # a killed run's leftovers
+    remove_path(spark, scratch)   # a killed run's leftovers
     try:
         return classify_and_write(spark, lake, as_of, record, bronze_c, bronze_e, ingest_q, scratch)
     finally:
-        remove_folder(spark, scratch)
+        remove_path(spark, scratch)
 
 
 def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: StageRecord, bronze_c: DataFrame,
@@ -103,8 +102,9 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
                   .unionByName(events.transform(quarantine_rows("events")))
                   .repartition("dataset", "source_file"))   # few rows: a few right-sized files
     # Silver stays hash-partitioned by customer (the features stage aggregates per customer; in the files mode, as
-    # the scratch files are: one customer's rows side by side); adaptive execution sizes its files. The three writes run side by side: under the gpu profiles the Delta writes run on the CPU
-    # (RAPIDS 25.04 has no Delta 3.3 writer) while the next one's classification runs on the GPU.
+    # the scratch files are: one customer's rows side by side); adaptive execution sizes its files. The three writes
+    # run side by side: under the gpu profiles the Delta writes run on the CPU (RAPIDS 25.04 has no Delta 3.3
+    # writer) while the next one's classification runs on the GPU.
     silver = {ds: (df.transform(silver_rows(ds)), delta_io.table_path(lake, f"silver_{ds}"))
               for ds, df in (("customers", customers), ("events", events))}
     commits = together({
@@ -168,18 +168,7 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
 
 
 def materialise_mode(spark: SparkSession) -> str:
-    value = spark.conf.get(MATERIALISE_KEY, "true")
-    mode = value.strip().lower()
-    if mode not in MATERIALISE_MODES:
-        raise UserError(f"{MATERIALISE_KEY}={value!r} is not one of {', '.join(MATERIALISE_MODES)}: set it to one "
-                        "of them in the profile (conf/*.conf; docs/etl.md says what each does)")
-    return mode
-
-
-def remove_folder(spark: SparkSession, path: str) -> None:
-    _, p, fs = hadoop_fs(spark, path)
-    if fs.exists(p):
-        fs.delete(p, True)
+    return conf_choice(spark, MATERIALISE_KEY, MATERIALISE_MODES, "true")
 
 
 def release(*frames: DataFrame) -> None:
