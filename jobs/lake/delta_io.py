@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.core.errors import UserError
 from jobs.lake import plans
 from jobs.lake.contract import TABLES
-from jobs.lake.session import conf_flag, hadoop_fs, remove_path
+from jobs.lake.session import conf_flag, hadoop_fs, remove_path, session_conf
 
 
 def table_path(lake: str, name: str) -> str:
@@ -139,7 +139,25 @@ def snapshot_files_as_parquet(spark: SparkSession, path: str, snapshot: DataFram
     files = snapshot.inputFiles()
     if not files:
         return snapshot
-    return spark.read.schema(snapshot.schema).parquet(*files)
+    return parquet_files(spark, files, snapshot.schema)
+
+
+# Spark checks each file a scan names (its size, whether it exists) before planning; past
+# spark.sql.sources.parallelPartitionDiscovery.threshold (32) files it does that in a Spark job of one task per file.
+# On a local file system that is one system call per file: a job costs more than the calls (four of them, of 130+
+# tasks each, in ingest's read-backs of bronze under the gpu profile). Remote stores keep the job.
+LOCAL_SCHEMES = ("file",)
+
+
+def parquet_files(spark: SparkSession, files: list[str], schema) -> DataFrame:
+    """A Parquet scan of exactly ``files`` with ``schema``; the files are looked up on the driver, without a Spark
+    job, where they are on a local file system."""
+    reader = spark.read.schema(schema)
+    _, p, fs = hadoop_fs(spark, files[0])
+    if fs.getScheme() not in LOCAL_SCHEMES:
+        return reader.parquet(*files)
+    with session_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(max(32, len(files)))}):
+        return reader.parquet(*files)
 
 
 def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> int:

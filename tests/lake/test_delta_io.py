@@ -97,3 +97,29 @@ def _scan_file_indexes(df) -> list[str]:
         if node.nodeName().endswith("FileSourceScanExec") or node.nodeName().startswith("Scan"):
             found.append(node.relation().location().getClass().getSimpleName())
     return found
+
+
+def test_a_scan_of_many_local_files_looks_them_up_without_a_spark_job(spark, tmp_path):
+    """Past 32 named files Spark checks them in a Spark job of one task per file; on a local disk the scan does it
+    on the driver (no job), and reads the same rows."""
+    folder = str(tmp_path / "many")
+    spark.range(0, 40, 1, 40).write.parquet(folder)   # one file per partition
+    files = sorted(str(f) for f in (tmp_path / "many").glob("*.parquet"))
+    assert len(files) == 40
+
+    def jobs_of(group: str, read) -> tuple[list[int], object]:
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            df = read()
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)), df
+
+    plain_jobs, _ = jobs_of("plain-listing", lambda: spark.read.schema("id long").parquet(*files))
+    ours_jobs, ours = jobs_of("driver-listing", lambda: delta_io.parquet_files(spark, files, "id long"))
+    assert len(plain_jobs) == 1   # Spark's own lookup: one job (what the driver-side one saves)
+    assert ours_jobs == []
+    assert sorted(r.id for r in ours.collect()) == list(range(40))
+    # the session's threshold is left as it was
+    assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32") == "32"
+
