@@ -146,15 +146,11 @@ def snapshot_files_as_parquet(spark: SparkSession, path: str, snapshot: DataFram
 # spark.sql.sources.parallelPartitionDiscovery.threshold (32) files it does that in a Spark job of one task per file.
 # On a local file system that is one system call per file: a job costs more than the calls (four of them, of 130+
 # tasks each, in ingest's read-backs of bronze under the gpu profile). Remote stores keep the job.
-LOCAL_SCHEMES = ("file",)
-
-
 def parquet_files(spark: SparkSession, files: list[str], schema) -> DataFrame:
     """A Parquet scan of exactly ``files`` with ``schema``; the files are looked up on the driver, without a Spark
     job, where they are on a local file system."""
     reader = spark.read.schema(schema)
-    _, p, fs = hadoop_fs(spark, files[0])
-    if fs.getScheme() not in LOCAL_SCHEMES:
+    if hadoop_fs(spark, files[0])[2].getScheme() != "file":
         return reader.parquet(*files)
     with session_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(max(32, len(files)))}):
         return reader.parquet(*files)

@@ -122,4 +122,3 @@ def test_a_scan_of_many_local_files_looks_them_up_without_a_spark_job(spark, tmp
     assert sorted(r.id for r in ours.collect()) == list(range(40))
     # the session's threshold is left as it was
     assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32") == "32"
-
