@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from jobs.core.errors import UserError
 
@@ -219,3 +219,12 @@ def together(work: dict[str, Callable[[], T]]) -> dict[str, T]:
     if errors:
         raise errors[0]
     return {name: f.result() for name, f in futures.items()}
+
+
+def release(*frames: DataFrame) -> None:
+    """Frees the blocks of local checkpoints (``DataFrame.localCheckpoint``) now, not when the driver's garbage
+    collector gets to them; any other frame is left as it is."""
+    for df in frames:
+        rdd = df._jdf.queryExecution().analyzed()
+        if rdd.getClass().getSimpleName() == "LogicalRDD":
+            rdd.rdd().unpersist(True)   # the checkpoint's cached blocks freed: no row passes through Python

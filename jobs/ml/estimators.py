@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.core.errors import UserError
-from jobs.lake.session import conf_flag, hadoop_fs, registered_executors, together
+from jobs.lake.session import conf_flag, hadoop_fs, registered_executors, release, together
 
 IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
 FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
@@ -90,7 +90,13 @@ class LogisticRegressionTrainer:
         prepared = self.prepare(df)
         if self.implementation == PYSPARK_ML:
             maps = self.param_maps(grid)
-            fitted = together({str(i): (lambda m=m: self.estimator.fit(prepared, m)) for i, m in enumerate(maps)})
+            # Each MLlib fit passes over its input twice before its iterations (the features' summary, then its
+            # own cache of standardised blocks): the input computed once for every fit, not twice per fit.
+            shared = prepared.localCheckpoint(eager=True) if len(maps) > 1 else prepared
+            try:
+                fitted = together({str(i): (lambda m=m: self.estimator.fit(shared, m)) for i, m in enumerate(maps)})
+            finally:
+                release(shared)
             return [FittedLogisticRegression.from_model(fitted[str(i)], self.feature_cols, self.implementation)
                     for i in range(len(maps))]
         models: list[Any] = [None] * len(grid)

@@ -31,7 +31,7 @@ from jobs.lake.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASO
                                 CUSTOMER_CATEGORICALS, CUSTOMER_COLUMNS, DATASETS, DATE_FORMAT, EARLIEST_DATE,
                                 EVENT_CATEGORICALS, EVENT_COLUMNS, MALFORMED, MONTHLY_CHARGES_RANGE,
                                 QUARANTINE_COLUMNS, REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
-from jobs.lake.session import conf_choice, free_shuffle_files, remove_path, session_conf, together
+from jobs.lake.session import conf_choice, free_shuffle_files, release, remove_path, session_conf, together
 
 # How the two classified frames are kept for their readers (``materialised``): true (the default, the cpu profile's:
 # the checks are the costly part on a CPU, and run once), false (each reader classifies again: a shuffle of the
@@ -169,14 +169,6 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
 
 def materialise_mode(spark: SparkSession) -> str:
     return conf_choice(spark, MATERIALISE_KEY, MATERIALISE_MODES, "true")
-
-
-def release(*frames: DataFrame) -> None:
-    """Frees the blocks of ``materialised`` frames now, not when the driver's garbage collector gets to them."""
-    for df in frames:
-        rdd = df._jdf.queryExecution().analyzed()
-        if rdd.getClass().getSimpleName() == "LogicalRDD":
-            rdd.rdd().unpersist(True)   # the checkpoint's cached blocks freed: no row passes through Python
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -24,7 +24,10 @@ def test_fit_grid_returns_the_models_in_the_grids_order(spark, trained):
     gold, _ = delta_io.read(spark, delta_io.table_path(trained["lake"], "gold_features"))
     rows = gold.select(contract.LABEL, *contract.FEATURES)
     trainer = estimators.logistic_regression(spark, contract.FEATURES, regParam=0.0, labelCol=contract.LABEL)
+    cached = spark.sparkContext._jsc.getPersistentRDDs().size()
     strong, none = trainer.fit_grid(rows, [{"regParam": 1.0}, {"regParam": 0.0}])
+    # the fits' shared copy of their input is freed once they end (and MLlib frees its own caches)
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == cached
     alone = estimators.logistic_regression(spark, contract.FEATURES, regParam=1.0, labelCol=contract.LABEL).fit(rows)
     assert strong.coefficients == pytest.approx(alone.coefficients, rel=1e-9, abs=1e-12)
     # a strong L2 penalty shrinks the coefficients: the two models are not the same one twice

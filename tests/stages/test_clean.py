@@ -13,6 +13,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from jobs.core.errors import UserError
 from jobs.lake import delta_io
 from jobs.lake.contract import CUSTOMER_COLUMNS, CUSTOMERS_CSV_SCHEMA, EVENT_COLUMNS, EVENTS_CSV_SCHEMA
+from jobs.lake.session import release
 from jobs.launch import profiles
 from jobs.stages import clean
 from tests.support.etl_inputs import AS_OF, customer
@@ -263,7 +264,7 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     kept = clean.materialised(spark, bc)
     assert kept._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRDD"
     assert sorted(kept.collect()) == sorted(bc.collect())
-    clean.release(kept)
+    release(kept)
     session_conf(**{clean.MATERIALISE_KEY: "false"})
     assert clean.materialised(spark, bc) is bc
     second = clean.run(spark, lake, AS_OF)
