@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from importlib import metadata as pkg_metadata
 from pathlib import Path
 
 from jobs.advise.layout import machine_memory_gib
@@ -32,9 +34,14 @@ PACKAGE = ROOT / "jobs"
 APP = PACKAGE / "__main__.py"
 
 
-# Resource requests that only a cluster manager can grant (see for_master).
+# Resource requests that only a cluster manager can grant (see for_master), and the RAPIDS shuffle manager, which
+# the gpu profile sets for executors on a cluster (measured there: conf/gpu.conf); under a local master the driver
+# is the executor and keeps Spark's own shuffle.
 LOCAL_MODE_DROPPED = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
-                      "spark.executor.resource.gpu.discoveryScript")
+                      "spark.executor.resource.gpu.discoveryScript", "spark.shuffle.manager",
+                      "spark.rapids.shuffle.mode")
+# The RAPIDS shuffle manager's class names the Spark version it is built for (its shim): sparkXYZ for Spark X.Y.Z.
+RAPIDS_SHUFFLE_MANAGER = re.compile(r"com\.nvidia\.spark\.rapids\.spark(\w+)\.RapidsShuffleManager")
 
 
 class SubmitError(Exception):
@@ -100,6 +107,24 @@ def local_driver_memory(props: dict[str, str], machine_gib: float) -> dict[str, 
     return {"spark.driver.memory": f"{share}g"} if share > profile_gib else {}
 
 
+def rapids_shuffle_classpath(props: dict[str, str], rapids_jar: Path) -> dict[str, str]:
+    """The class paths the RAPIDS shuffle manager needs, where ``props`` name it (else nothing): Spark creates a
+    shuffle manager as its driver and executors start, from their own class path, before the jars of ``--jars``
+    are loaded, so the plugin's jar goes first on both (any class path given stays after it; on a cluster of
+    several hosts the jar must be at that path on each of them). Its class must be the shim of this Spark."""
+    manager = props.get("spark.shuffle.manager", "").strip()
+    shim = RAPIDS_SHUFFLE_MANAGER.fullmatch(manager)
+    if not shim:
+        return {}
+    spark = pkg_metadata.version("pyspark")
+    want = "".join(spark.split(".")[:3])
+    if shim.group(1) != want:
+        raise SubmitError(f"spark.shuffle.manager {manager} is the RAPIDS shuffle manager for another Spark than "
+                          f"this one ({spark}): set it to com.nvidia.spark.rapids.spark{want}.RapidsShuffleManager")
+    return {key: os.pathsep.join(p for p in (str(rapids_jar), props.get(key, "").strip()) if p)
+            for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath")}
+
+
 def spark_submit_command(profile: str, master: str, job: str, job_args: list[str],
                          extra_conf: list[str], workdir: Path) -> tuple[list[str], dict[str, str]]:
     if job.endswith(".py"):
@@ -125,6 +150,8 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
             "or submit to a cluster with GPU executors (--master)."
         )
     props = settings.check(for_master(props, master), extra_conf)
+    if profiles.uses_rapids(props):
+        props.update(rapids_shuffle_classpath(props, jars.JARS_DIR / jars.RAPIDS_JAR))
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
     spark_submit = spark_home() / "bin" / "spark-submit"

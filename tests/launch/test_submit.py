@@ -62,6 +62,37 @@ def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
     assert "rows 1000" in run_python(LOCAL_GPU_PROFILE_JOB, json.dumps(job), timeout=180)
 
 
+def submitted_properties(tmp_path, profile: str, master: str, *conf: str) -> dict[str, str]:
+    """The Spark properties scripts/submit would hand spark-submit (its --properties-file), nothing run."""
+    cmd, _ = submit.spark_submit_command(profile, master, "tools/smoke.py", [], list(conf), tmp_path)
+    return profiles.read_conf(Path(cmd[cmd.index("--properties-file") + 1]))
+
+
+def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_a_cluster_only(tmp_path):
+    """Spark creates its shuffle manager before the jars of --jars are loaded, so the gpu profile's RAPIDS shuffle
+    manager needs the plugin's jar on the driver's and executors' own class paths; a class path given keeps its
+    place after it; under a local master the profile keeps Spark's own shuffle; a shim of another Spark stops
+    with one message naming this Spark's class."""
+    jar = str(jars.JARS_DIR / jars.RAPIDS_JAR)
+    on_cluster = submitted_properties(tmp_path, "gpu", "spark://127.0.0.1:7077")
+    assert on_cluster["spark.shuffle.manager"] == "com.nvidia.spark.rapids.spark355.RapidsShuffleManager"
+    assert on_cluster["spark.rapids.shuffle.mode"] == "MULTITHREADED"
+    assert on_cluster["spark.driver.extraClassPath"] == jar
+    assert on_cluster["spark.executor.extraClassPath"] == jar
+    given = submitted_properties(tmp_path, "gpu", "spark://127.0.0.1:7077", "spark.executor.extraClassPath=/opt/x.jar")
+    assert given["spark.executor.extraClassPath"] == f"{jar}:/opt/x.jar"
+    local = submitted_properties(tmp_path, "gpu-explain", "local[2]")
+    assert "spark.shuffle.manager" not in local and "spark.driver.extraClassPath" not in local
+    cpu = submitted_properties(tmp_path, "cpu", "spark://127.0.0.1:7077")
+    assert "spark.shuffle.manager" not in cpu and "spark.executor.extraClassPath" not in cpu
+    with pytest.raises(submit.SubmitError) as e:
+        submitted_properties(tmp_path, "gpu", "spark://127.0.0.1:7077",
+                             "spark.shuffle.manager=com.nvidia.spark.rapids.spark350.RapidsShuffleManager")
+    assert str(e.value) == ("spark.shuffle.manager com.nvidia.spark.rapids.spark350.RapidsShuffleManager is the RAPIDS "
+                            "shuffle manager for another Spark than this one (3.5.5): set it to "
+                            "com.nvidia.spark.rapids.spark355.RapidsShuffleManager")
+
+
 def test_local_mode_gives_the_driver_half_the_machines_memory_but_never_less_than_the_profile():
     """Under local[*] the driver is the one executor; worked by hand: 24 GiB -> 12g over the cpu profile's 6g,
     8 GiB -> the profile's 6g stands, a cluster master keeps the profile's, a --conf still wins."""
