@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.core.params import AS_OF, LAKE
 from jobs.core.stage import REQUIRED, Stage, StageRecord
 from jobs.lake import delta_io
 from jobs.lake.contract import FEATURES, ID, LABEL, LABEL_WINDOW_DAYS, ONE_HOT, YES_NO_FEATURES, one_hot_name
+from jobs.lake.session import conf_flag
 
 TENURE_CAP_MONTHS = 72
 SENIOR_AGE = 65
@@ -29,6 +30,16 @@ TS = "yyyy-MM-dd HH:mm:ss"
 # column a customer is looked up by (gold's files come from the join's hash partitions, so even the id's ranges
 # overlap and skip little). A table property, set when the table is created.
 GOLD_PROPERTIES = {"delta.dataSkippingStatsColumns": ID}
+# Gold's counts (customers, churned) are taken as the write passes its rows (Spark's observe(), no second scan), or,
+# where false, from gold read back after the write: the RAPIDS Accelerator 25.04 fails to plan a query holding
+# observe()'s CollectMetricsExec ("aggregation function in an unexpected context") and then runs the whole query on
+# the CPU, so conf/rapids.conf sets it false for the gpu profiles. Either way they must equal the rows Delta's commit
+# reports.
+COUNT_WITH_WRITE_KEY = "spark.churn.features.countWithWrite"
+
+
+def gold_counts() -> tuple[Column, Column]:
+    return F.count(F.lit(1)).alias("customers"), F.sum(LABEL).alias("churned")
 
 
 def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
@@ -37,14 +48,21 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     events, record.read["silver_events"] = delta_io.read_table(spark, lake, "silver_events")
 
     gold = build_features(customers, events, as_of)
-    record.wrote["gold_features"] = delta_io.overwrite_counted(gold, delta_io.table_path(lake, "gold_features"),
-                                                               properties=GOLD_PROPERTIES).version
-
-    # Counted from gold as written. Spark's observe() would count with the write, but the RAPIDS Accelerator 25.04
-    # fails to plan a query holding its CollectMetricsExec ("aggregation function in an unexpected context") and
-    # then runs the whole query on the CPU.
-    written, _ = delta_io.read_table(spark, lake, "gold_features", record.wrote["gold_features"])
-    row = written.agg(F.count(F.lit(1)).alias("customers"), F.sum(LABEL).alias("churned")).first()
+    path = delta_io.table_path(lake, "gold_features")
+    counted = conf_flag(spark, COUNT_WITH_WRITE_KEY, True)
+    if counted:
+        observation = Observation("gold_features")
+        gold = gold.observe(observation, *gold_counts())
+    commit = delta_io.overwrite_counted(gold, path, properties=GOLD_PROPERTIES)
+    record.wrote["gold_features"] = commit.version
+    if counted:
+        row = observation.get
+    else:
+        written, _ = delta_io.read(spark, path, commit.version)
+        row = written.agg(*gold_counts()).first().asDict()
+    if commit.rows is not None and commit.rows != row["customers"]:
+        raise RuntimeError(f"gold's commit {commit.version} wrote {commit.rows} rows, but {row['customers']} "
+                           f"customers passed into it")
     record.counts = {"customers": row["customers"], "rows": row["customers"], "churned": int(row["churned"] or 0)}
     return record
 

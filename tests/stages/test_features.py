@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType
@@ -103,11 +104,20 @@ def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_the_stage_writes_gold_counts_its_rows_and_keeps_statistics_for_the_id_only(spark, tmp_path):
+@pytest.mark.parametrize("with_write", ["true", "false"])
+def test_the_stage_writes_gold_counts_its_rows_and_keeps_statistics_for_the_id_only(spark, tmp_path, session_conf,
+                                                                                   with_write):
+    """Counted as the write passes the rows (observe(), the cpu profile) or from gold read back (the gpu profiles,
+    conf/rapids.conf): the same counts either way."""
     from delta.tables import DeltaTable
 
     from jobs.lake import delta_io
+    from jobs.launch import profiles
 
+    assert profiles.load_profile("gpu")[features.COUNT_WITH_WRITE_KEY] == "false"
+    assert profiles.load_profile("gpu-explain")[features.COUNT_WITH_WRITE_KEY] == "false"
+    assert features.COUNT_WITH_WRITE_KEY not in profiles.load_profile("cpu")
+    session_conf(**{features.COUNT_WITH_WRITE_KEY: with_write})
     lake = str(tmp_path / "lake")
     customers, events = two_customers(spark)
     delta_io.overwrite(customers, delta_io.table_path(lake, "silver_customers"))
