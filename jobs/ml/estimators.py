@@ -96,7 +96,8 @@ class LogisticRegressionTrainer:
             try:
                 fitted = together({str(i): (lambda m=m: self.estimator.fit(shared, m)) for i, m in enumerate(maps)})
             finally:
-                release(shared)
+                if shared is not prepared:   # ours to free; never a frame the caller passed in
+                    release(shared)
             return [FittedLogisticRegression.from_model(fitted[str(i)], self.feature_cols, self.implementation)
                     for i in range(len(maps))]
         models: list[Any] = [None] * len(grid)

@@ -62,7 +62,7 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
         row = written.agg(*gold_counts()).first().asDict()
     if commit.rows is not None and commit.rows != row["customers"]:
         raise RuntimeError(f"gold's commit {commit.version} wrote {commit.rows} rows, but {row['customers']} "
-                           f"customers passed into it")
+                           f"customers were counted in it")
     record.counts = {"customers": row["customers"], "rows": row["customers"], "churned": int(row["churned"] or 0)}
     return record
 
