@@ -377,19 +377,26 @@ def with_customer_reasons(status: DataFrame):
     return transform
 
 
+RAW = "_raw"   # an outcome frame's raw CSV fields, as a struct, for the rows with a reason only
+
+
 def outcome(dataset: str):
     """A classified row reduced to what its writers read: the silver columns (typed, canonical, trimmed ids, in
-    contract order), the lineage, ``_fate``, ``reason``, ``detail`` and ``raw`` (every CSV field as JSON,
-    ``json_object``; only for a row with a reason, the others never reach the quarantine). The raw fields and
-    the classification's helper columns are dropped here, so a materialised frame keeps rows half as wide."""
+    contract order), the lineage, ``_fate``, ``reason``, ``detail`` and ``RAW`` (the CSV fields as read, one
+    struct; only for a row with a reason, null for the others, which never reach the quarantine). The raw fields
+    and the classification's helper columns are dropped here, so a materialised frame keeps rows half as wide.
+
+    The quarantine's JSON of the raw fields is built from ``RAW`` after the filter (``quarantine_rows``), not here:
+    the GPU evaluates every branch of a CASE for every row, so a JSON built here would run its chains of replaces
+    on every row of the dataset, where the quarantine needs a few in a hundred (docs/gpu.md)."""
     columns = DATASETS[dataset]
     typed = set(NUMBERS[dataset]) | set(DATES[dataset]) | set(CATEGORIES_OF[dataset])
 
     def transform(df: DataFrame) -> DataFrame:
         out = [F.col(f"t_{c}").alias(c) if c in typed else F.trim(F.col(c)).alias(c) if c.endswith("_id")
                else F.col(c) for c in columns]
-        raw = F.when(F.col("reason").isNotNull(), json_object(columns))
-        return df.select(*out, *LINEAGE, "_fate", "reason", "detail", raw.alias("raw"))
+        raw = F.when(F.col("reason").isNotNull(), F.struct(*columns))
+        return df.select(*out, *LINEAGE, "_fate", "reason", "detail", raw.alias(RAW))
     return transform
 
 
@@ -419,19 +426,24 @@ def json_string(c: Column) -> Column:
     return F.concat(F.lit('"'), F.when(needs, escaped).otherwise(c), F.lit('"'))
 
 
-def json_object(columns: tuple[str, ...]) -> Column:
-    """The string columns as one JSON object, nulls as null: byte for byte what
-    ``to_json(struct(*columns), {"ignoreNullFields": "false"})`` writes (tests/stages/test_clean.py holds them equal)."""
-    fields = [F.concat(F.lit(f'"{c}":'), F.coalesce(json_string(F.col(c)), F.lit("null"))) for c in columns]
+def json_object(columns: tuple[str, ...], struct: str | None = None) -> Column:
+    """The string columns (fields of the struct column ``struct``, if given) as one JSON object, nulls as null:
+    byte for byte what ``to_json(struct(*columns), {"ignoreNullFields": "false"})`` writes (tests/stages/test_clean.py
+    holds them equal)."""
+    field = (lambda c: F.col(struct).getField(c)) if struct else F.col   # noqa: E731
+    fields = [F.concat(F.lit(f'"{c}":'), F.coalesce(json_string(field(c)), F.lit("null"))) for c in columns]
     return F.concat(F.lit("{"), F.concat_ws(",", *fields), F.lit("}"))
 
 
 def quarantine_rows(dataset: str):
-    """Rows of an ``outcome`` frame with a reason, in quarantine shape (``raw``: every CSV field, nulls too)."""
+    """Rows of an ``outcome`` frame with a reason, in quarantine shape (``raw``: every CSV field as JSON, nulls
+    too, ``json_object``)."""
+    columns = DATASETS[dataset]
+
     def transform(df: DataFrame) -> DataFrame:
         return df.where(F.col("reason").isNotNull()).select(
             F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), *LINEAGE,
-            "raw", "reason", "detail").select(*QUARANTINE_COLUMNS)
+            json_object(columns, RAW).alias("raw"), "reason", "detail").select(*QUARANTINE_COLUMNS)
     return transform
 
 
