@@ -9,6 +9,7 @@ scripts/bench-memory reports. In local mode the one executor is the driver (``"d
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -35,7 +36,8 @@ TASK_TOTALS = {"run_ms": "Executor Run Time", "gc_ms": "JVM GC Time",
 
 
 def _grouped(path: str | Path):
-    """Each event of the log with the job group of its Spark stage (None where the event names no stage). One
+    """Each event of the log with the job group of its Spark stage (None where the event names no stage; a stage's
+    completion names it in its "Stage Info"). One
     pass: a job's start, which names its stages and carries its group, comes before anything of those stages.
     A log still being written (the report reads its own application's) may end in an event only partly flushed:
     Spark ends every event with a line break, so a last line without one is left out."""
@@ -49,7 +51,8 @@ def _grouped(path: str | Path):
                 group = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
                 for stage in e["Stage IDs"]:
                     group_of_stage.setdefault(stage, group)
-            yield e, (group_of_stage.get(e["Stage ID"], NO_GROUP) if "Stage ID" in e else None)
+            stage = e["Stage ID"] if "Stage ID" in e else (e.get("Stage Info") or {}).get("Stage ID")
+            yield e, (group_of_stage.get(stage, NO_GROUP) if stage is not None else None)
 
 
 def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
@@ -127,3 +130,54 @@ def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:
             if m in metrics:
                 mine[m] = max(mine.get(m, 0), int(metrics[m]))
     return peaks
+
+
+# The RAPIDS Accelerator's time per GPU operator: each SQL plan in the log (and each re-plan of adaptive execution)
+# lists its operators' metrics with their accumulator ids; a Spark stage's completion carries those accumulators'
+# totals over its tasks. An operator's "op time" is the nanoseconds it spent on its batches (summed over the tasks,
+# so several tasks sharing the GPU add up to more than the wall time). TRANSITIONS are the operators that move
+# batches between the JVM's rows or host memory and the GPU's columns: their time is the price of what stays on the
+# CPU (a Delta write, a CPU-only scan) beside the GPU.
+GPU_OP_TIME = "op time"
+TRANSITIONS = ("GpuColumnarToRow", "GpuRowToColumnar", "HostColumnarToGpu")
+
+
+def _op_time_metrics(plan: dict, into: dict[int, str]) -> None:
+    """Accumulator id -> operator name of every "op time" metric in the plan tree ``plan``."""
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        for m in node.get("metrics", []):
+            if m.get("name") == GPU_OP_TIME and m.get("metricType") == "nsTiming":
+                into[m["accumulatorId"]] = node.get("nodeName", "").strip()
+        stack.extend(node.get("children", []))
+
+
+def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
+    """{job group: {"gpu_op_s": GPU operators' op time, "gpu_transition_s": the part of TRANSITIONS,
+    "gpu_operators": the ``top`` operators by op time, {name: s}}}, for the groups that ran GPU operators (none
+    under the cpu profile, or the plugin in explain-only mode)."""
+    operator: dict[int, str] = {}
+    seconds: dict[str, Counter] = {}
+    for e, group in _grouped(path):
+        kind = e["Event"]
+        if kind.endswith(("SparkListenerSQLExecutionStart", "SparkListenerSQLAdaptiveExecutionUpdate")):
+            _op_time_metrics(e.get("sparkPlanInfo") or {}, operator)
+        elif kind == "SparkListenerStageCompleted":
+            for acc in (e.get("Stage Info") or {}).get("Accumulables", []):
+                name = operator.get(acc.get("ID"))
+                if name is None:
+                    continue
+                try:
+                    ns = int(acc.get("Value"))
+                except (TypeError, ValueError):
+                    continue
+                seconds.setdefault(group, Counter())[name] += ns / 1e9
+    out = {}
+    for group, per_op in seconds.items():
+        if not any(per_op.values()):
+            continue
+        out[group] = {"gpu_op_s": round(sum(per_op.values()), 3),
+                      "gpu_transition_s": round(sum(s for op, s in per_op.items() if op in TRANSITIONS), 3),
+                      "gpu_operators": {op: round(s, 3) for op, s in per_op.most_common(top)}}
+    return out

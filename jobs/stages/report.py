@@ -87,13 +87,14 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
 
 
 def stage_work(spark: SparkSession, timings: dict[str, float]) -> dict[str, dict]:
-    """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``), for the stages
-    with a record; empty when the application keeps no local event log (scripts/pipeline always keeps one)."""
+    """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``; under a GPU
+    profile also its GPU operators' time, ``eventlog.gpu_operator_time``), for the stages with a record; empty when the application keeps no local event log (scripts/pipeline always keeps one)."""
     log = eventlog.running_log(spark)
     if log is None:
         return {}
-    work = eventlog.stage_work(log)
-    return {stage: {"seconds": secs, **work[stage]} for stage, secs in timings.items() if stage in work}
+    work, gpu = eventlog.stage_work(log), eventlog.gpu_operator_time(log)
+    return {stage: {"seconds": secs, **work[stage], **gpu.get(stage, {})} for stage, secs in timings.items()
+            if stage in work}
 
 
 def duplicates_removed(clean: dict | None) -> dict[str, int]:
@@ -306,6 +307,15 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
                          f"{mib(w['shuffle_write_bytes'])} | {mib(w['spill_bytes'])} |")
         if "work" in plots:
             lines += ["", f"![Where the time goes]({plots['work']})"]
+        on_gpu = {stage: w for stage, w in f["work"].items() if w.get("gpu_op_s")}
+        if on_gpu:
+            lines += ["", "GPU operators' time (the RAPIDS Accelerator's op time, summed over tasks: tasks sharing the "
+                      "GPU add up to more than the wall time); moves are the row/column and host/device transitions "
+                      "around what stays on the CPU.", "",
+                      "| stage | GPU op s | of which moves | largest operators (s) |", "| --- | ---: | ---: | --- |"]
+            for stage, w in on_gpu.items():
+                ops = ", ".join(f"{op} {s:.1f}" for op, s in w["gpu_operators"].items())
+                lines.append(f"| {stage} | {w['gpu_op_s']:.1f} | {w['gpu_transition_s']:.1f} | {ops} |")
     lines += ["", "## Delta tables", "", "| table | version | rows | path |", "| --- | ---: | ---: | --- |"]
     for name, t in f["tables"].items():
         lines.append(f"| {name} | {t['version']} | {t['rows']:,} | `{t['path']}` |")

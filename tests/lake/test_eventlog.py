@@ -68,3 +68,44 @@ def test_stage_work_sums_each_job_groups_tasks(tmp_path):
                      "output_rows": 0, "output_bytes": 0, "shuffle_read_bytes": 0, "shuffle_write_bytes": 0,
                      "spill_bytes": 0},
     }
+
+
+def test_gpu_operator_time_sums_op_time_per_job_group(tmp_path):
+    """Hand-made log: a SQL plan whose GpuProject (op time, accumulator 11) sits on a GpuColumnarToRow (op time 12)
+    beside a CPU Project with a timing metric that is not op time (13); adaptive execution re-plans and adds a
+    GpuFilter (14). Group clean runs stages 0 and 1, group score stage 2; the cpu stage 3 has no GPU operator.
+    Values are nanoseconds; a value that is not a number is skipped."""
+    plan = {"nodeName": "GpuColumnarToRow", "metrics": [
+                {"name": "op time", "accumulatorId": 12, "metricType": "nsTiming"},
+                {"name": "output rows", "accumulatorId": 15, "metricType": "sum"}],
+            "children": [{"nodeName": "GpuProject", "metrics": [
+                              {"name": "op time", "accumulatorId": 11, "metricType": "nsTiming"}], "children": []},
+                         {"nodeName": "Project", "metrics": [
+                              {"name": "time in aggregation build", "accumulatorId": 13, "metricType": "timing"}],
+                          "children": []}]}
+    replan = {"nodeName": "GpuFilter ", "metrics": [{"name": "op time", "accumulatorId": 14, "metricType": "nsTiming"}]}
+
+    def done(stage, *values):
+        return {"Event": "SparkListenerStageCompleted", "Stage Info": {
+            "Stage ID": stage, "Accumulables": [{"ID": i, "Name": "x", "Value": v} for i, v in values]}}
+    events = [
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart", "executionId": 0,
+         "sparkPlanInfo": plan},
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "clean"}},
+        done(0, (11, "3000000000"), (12, "500000000"), (13, "900"), (15, "77")),
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLAdaptiveExecutionUpdate", "executionId": 0,
+         "sparkPlanInfo": replan},
+        done(1, (11, "1000000000"), (14, "250000000"), (12, "not a number")),
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2], "Properties": {"spark.jobGroup.id": "score"}},
+        done(2, (12, "2000000000")),
+        {"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [3], "Properties": {"spark.jobGroup.id": "train"}},
+        done(3, (13, "5000")),
+    ]
+    log = tmp_path / "app-3"
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert eventlog.gpu_operator_time(log) == {
+        "clean": {"gpu_op_s": 4.75, "gpu_transition_s": 0.5,
+                  "gpu_operators": {"GpuProject": 4.0, "GpuColumnarToRow": 0.5, "GpuFilter": 0.25}},
+        "score": {"gpu_op_s": 2.0, "gpu_transition_s": 2.0, "gpu_operators": {"GpuColumnarToRow": 2.0}},
+    }
+    assert eventlog.gpu_operator_time(log, top=1)["clean"]["gpu_operators"] == {"GpuProject": 4.0}
