@@ -33,3 +33,14 @@ def test_scale_refuses_sizes_that_are_not_numbers_of_customers_before_it_runs_an
         assert out.returncode == 2, out.stderr
         assert message in out.stderr
     assert not list((tmp_path / "state").glob("scale-*")), "a refused scale created a size's folder"
+
+
+def test_ab_refuses_a_wrong_round_count_or_a_missing_baseline_before_it_runs_anything(tmp_path):
+    env = {**os.environ, "GPUVAL": str(tmp_path / "state")}
+    for rounds, message in (("two", "'two' is not a number of rounds"), ("0", "'0' is not a number of rounds"),
+                            ("1", "no baseline code: bundle with scripts/gpu-bundle --baseline COMMIT")):
+        out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "ab", rounds], capture_output=True, text=True,
+                             timeout=60, env=env, cwd=ROOT)
+        assert out.returncode == 2, out.stderr
+        assert message in out.stderr
+    assert not (tmp_path / "state" / "results" / "ab").exists(), "a refused ab left results behind"
