@@ -88,7 +88,8 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
 
 def stage_work(spark: SparkSession, timings: dict[str, float]) -> dict[str, dict]:
     """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``; under a GPU
-    profile also its GPU operators' time, ``eventlog.gpu_operator_time``), for the stages with a record; empty when the application keeps no local event log (scripts/pipeline always keeps one)."""
+    profile also its GPU operators' time, ``eventlog.gpu_operator_time``), for the stages with a record; empty
+    when the application keeps no local event log (scripts/pipeline always keeps one)."""
     log = eventlog.running_log(spark)
     if log is None:
         return {}

@@ -24,23 +24,23 @@ def test_the_background_runs_arguments_reach_its_steps_as_values_not_shell_code(
     assert f"step 'generate {customers}' started" in log.read_text()
 
 
-def test_scale_refuses_sizes_that_are_not_numbers_of_customers_before_it_runs_anything(tmp_path):
+def assert_refused(tmp_path, step: str, cases: tuple[tuple[str, str], ...]) -> None:
+    """``gpu-validate STEP ARG`` exits 2 with MESSAGE on stderr, for each (ARG, MESSAGE)."""
     env = {**os.environ, "GPUVAL": str(tmp_path / "state")}
-    for sizes, message in (("", "scale needs sizes"), ("80000,8e5", "'8e5' is not a number of customers"),
-                           ("0", "'0' is not a number of customers")):
-        out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "scale", sizes], capture_output=True, text=True,
+    for arg, message in cases:
+        out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), step, arg], capture_output=True, text=True,
                              timeout=60, env=env, cwd=ROOT)
         assert out.returncode == 2, out.stderr
         assert message in out.stderr
+
+
+def test_scale_refuses_sizes_that_are_not_numbers_of_customers_before_it_runs_anything(tmp_path):
+    assert_refused(tmp_path, "scale", (("", "scale needs sizes"), ("80000,8e5", "'8e5' is not a number of customers"),
+                                       ("0", "'0' is not a number of customers")))
     assert not list((tmp_path / "state").glob("scale-*")), "a refused scale created a size's folder"
 
 
 def test_ab_refuses_a_wrong_round_count_or_a_missing_baseline_before_it_runs_anything(tmp_path):
-    env = {**os.environ, "GPUVAL": str(tmp_path / "state")}
-    for rounds, message in (("two", "'two' is not a number of rounds"), ("0", "'0' is not a number of rounds"),
-                            ("1", "no baseline code: bundle with scripts/gpu-bundle --baseline COMMIT")):
-        out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "ab", rounds], capture_output=True, text=True,
-                             timeout=60, env=env, cwd=ROOT)
-        assert out.returncode == 2, out.stderr
-        assert message in out.stderr
+    assert_refused(tmp_path, "ab", (("two", "'two' is not a number of rounds"), ("0", "'0' is not a number of rounds"),
+                                    ("1", "no baseline code: bundle with scripts/gpu-bundle --baseline COMMIT")))
     assert not (tmp_path / "state" / "results" / "ab").exists(), "a refused ab left results behind"
