@@ -151,7 +151,10 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
         )
     props = settings.check(for_master(props, master), extra_conf)
     if profiles.uses_rapids(props):
-        props.update(rapids_shuffle_classpath(props, jars.JARS_DIR / jars.RAPIDS_JAR))
+        on_class_path = rapids_shuffle_classpath(props, jars.JARS_DIR / jars.RAPIDS_JAR)
+        props.update(on_class_path)
+        if on_class_path:   # not in --jars too: each executor would fetch its 600 MB from the driver as it starts
+            jar_paths = [p for p in jar_paths if p.name != jars.RAPIDS_JAR]
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
     spark_submit = spark_home() / "bin" / "spark-submit"

@@ -39,6 +39,13 @@ from jobs.lake.session import conf_choice, free_shuffle_files, release, remove_p
 # profile's; the GPU writes and scans Parquet itself, and the raw rows are shuffled once; docs/gpu.md).
 MATERIALISE_KEY = "spark.churn.clean.materialise"
 MATERIALISE_MODES = ("true", "false", "files")
+# How a categorical column's canonical value is found (``with_checks``): lazy (the default, the cpu profile's: the
+# value lower-cased is looked up first and the regular expression of ``category_key`` runs only on a miss, as a CPU
+# evaluates a coalesce's branches lazily) or keyed (the gpu profiles': ``category_key`` computed once a row as a
+# column, then one CASE on it; the GPU evaluates every branch for every row, so the lazy form costs it the regular
+# expression anyway and both lookups of its literal map; docs/gpu.md). Both give the same values.
+LOOKUP_KEY = "spark.churn.clean.categoryLookup"
+LOOKUP_MODES = ("lazy", "keyed")
 SCRATCH = "_clean_scratch"   # under the lake: the files mode's frames, removed when the stage ends
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of each file it writes; on silver's wide rows that is a
@@ -66,7 +73,7 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     bronze_c, bronze_e = well_formed(bronze_c), well_formed(bronze_e)   # the malformed are ingest's quarantine's
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
-    materialise_mode(spark)   # a wrong setting stops here, before anything is written
+    materialise_mode(spark), lookup_mode(spark)   # a wrong setting stops here, before anything is written
     scratch = os.path.join(lake, SCRATCH)
     remove_path(spark, scratch)   # a killed run's leftovers
     try:
@@ -85,16 +92,17 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # they are computed: here, when materialised): fused into the windows' sorts, their 22 columns' checks make
     # methods of tens of KB of bytecode, slower than the same expressions generated apart (1M customers, warm: 28 ->
     # 16 s); the events' 7 columns gain from it.
+    lookups = lookup_mode(spark)
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
                                  .transform(with_copies_numbered(CUSTOMER_COLUMNS))
-                                 .transform(with_checks("customers", as_of))
+                                 .transform(with_checks("customers", as_of, lookups))
                                  .transform(with_duplicates_marked)
                                  .transform(with_superseded_marked)
                                  .transform(outcome("customers")), f"{scratch}/customers")
     events = materialised(spark, bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
                           .transform(with_copies_numbered(EVENT_COLUMNS))
-                          .transform(with_checks("events", as_of))
+                          .transform(with_checks("events", as_of, lookups))
                           .transform(with_duplicates_marked)
                           .transform(with_customer_reasons(customer_status(customers, ingest_q)))
                           .transform(outcome("events")), f"{scratch}/events")
@@ -171,6 +179,10 @@ def materialise_mode(spark: SparkSession) -> str:
     return conf_choice(spark, MATERIALISE_KEY, MATERIALISE_MODES, "true")
 
 
+def lookup_mode(spark: SparkSession) -> str:
+    return conf_choice(spark, LOOKUP_KEY, LOOKUP_MODES, "lazy")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Column helpers
 # ---------------------------------------------------------------------------------------------------------
@@ -183,14 +195,30 @@ def category_key(c: Column) -> Column:
     return F.trim(F.regexp_replace(F.lower(c), r"\s+", " "))
 
 
-def canonical_category(column: str) -> Column:
-    """Canonical value of a categorical column, null if blank or unknown (a literal map: GPU-friendly). Most values
-    are spelled canonically but for case, so they are looked up lower-cased first; only a miss pays for the
-    regular expression of ``category_key`` (the key of a value that needs none is the same)."""
+def category_lookup(column: str) -> dict[str, str]:
+    """A categorical column's spellings (lower-case keys, as ``category_key`` gives them) -> canonical value."""
     lookup = {v.lower(): v for v in CATEGORIES[column]}
     lookup.update(SPELLINGS.get(column, {}))
-    table = F.create_map(*[F.lit(x) for kv in sorted(lookup.items()) for x in kv])
+    return lookup
+
+
+def canonical_category(column: str) -> Column:
+    """Canonical value of a categorical column, null if blank or unknown: the ``lazy`` lookup (see LOOKUP_KEY), a
+    literal map. Most values are spelled canonically but for case, so they are looked up lower-cased first; only a
+    miss pays for the regular expression of ``category_key`` (the key of a value that needs none is the same)."""
+    table = F.create_map(*[F.lit(x) for kv in sorted(category_lookup(column).items()) for x in kv])
     return F.coalesce(table[F.lower(F.col(column))], table[category_key(F.col(column))])
+
+
+def keyed_category(column: str, key: Column) -> Column:
+    """The same value as ``canonical_category`` from the column's ``category_key`` (``key``, a column computed
+    once): the ``keyed`` lookup, one CASE with a branch per canonical value, its spellings in an IN list."""
+    spellings: dict[str, list[str]] = {}
+    for spelling, value in sorted(category_lookup(column).items()):
+        spellings.setdefault(value, []).append(spelling)
+    branches = [(value, key.isin(*keys)) for value, keys in sorted(spellings.items())]
+    return reduce(lambda case, vb: case.when(vb[1], F.lit(vb[0])),
+                  branches[1:], F.when(branches[0][1], F.lit(branches[0][0])))
 
 
 def parsed_number(column: str) -> Column:
@@ -221,8 +249,9 @@ def with_customer_key(df: DataFrame) -> DataFrame:
 # ---------------------------------------------------------------------------------------------------------
 # Transforms
 # ---------------------------------------------------------------------------------------------------------
-def with_checks(dataset: str, as_of: str):
-    """Adds ``reason`` / ``detail`` (null for a valid row) and the typed, canonical columns ``t_<name>``.
+def with_checks(dataset: str, as_of: str, lookups: str = "lazy"):
+    """Adds ``reason`` / ``detail`` (null for a valid row) and the typed, canonical columns ``t_<name>``, the
+    categorical ones looked up as ``lookups`` says (LOOKUP_KEY).
 
     Every condition is evaluated at most once per row: the checks are one ``coalesce`` over (check, column)
     pairs in CLEAN_CHECK_ORDER, each giving "reason:column" when it fails, so the first failure is the answer and
@@ -233,8 +262,13 @@ def with_checks(dataset: str, as_of: str):
     def transform(df: DataFrame) -> DataFrame:
         typed = {c: parsed_number(c) for c in NUMBERS[dataset]}
         typed.update({c: parsed_date(c, fmt) for c, fmt in DATES[dataset].items()})
-        typed.update({c: canonical_category(c) for c in CATEGORIES_OF[dataset]})
-        df = df.select("*", *[expr.alias(f"t_{c}") for c, expr in typed.items()])
+        keys = {c: f"_k_{c}" for c in CATEGORIES_OF[dataset]}
+        if lookups == "keyed":   # a select of its own: each key is computed once, the CASE reads it per branch
+            df = df.select("*", *[category_key(F.col(c)).alias(k) for c, k in keys.items()])
+            typed.update({c: keyed_category(c, F.col(k)) for c, k in keys.items()})
+        else:
+            typed.update({c: canonical_category(c) for c in CATEGORIES_OF[dataset]})
+        df = df.select("*", *[expr.alias(f"t_{c}") for c, expr in typed.items()]).drop(*keys.values())
         t = lambda c: F.col(f"t_{c}")  # noqa: E731
         checks = {
             "invalid_utf8": {c: F.col(c).contains("\ufffd") for c in columns},

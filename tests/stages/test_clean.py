@@ -40,11 +40,16 @@ def bronze(spark, dataset: str, rows: list[dict]):
 # ---------------------------------------------------------------------------------------------------------
 # clean
 # ---------------------------------------------------------------------------------------------------------
-def test_canonical_category_maps_case_space_and_known_spellings_and_nulls_unknowns(spark):
+@pytest.mark.parametrize("lookups", clean.LOOKUP_MODES)
+def test_canonical_category_maps_case_space_and_known_spellings_and_nulls_unknowns(spark, lookups):
     values = ["Month-to-month", "  MONTH   to  month ", "m2m", "Annual", "two-year", "Two\tYear", "weekly", "",
               None]
     df = spark.createDataFrame([(v,) for v in values], "contract_type string")
-    got = df.select("contract_type", clean.canonical_category("contract_type").alias("canonical"))
+    if lookups == "keyed":
+        got = df.select("contract_type", clean.keyed_category(
+            "contract_type", clean.category_key(F.col("contract_type"))).alias("canonical"))
+    else:
+        got = df.select("contract_type", clean.canonical_category("contract_type").alias("canonical"))
     expected = spark.createDataFrame(
         [("Month-to-month", "Month-to-month"), ("  MONTH   to  month ", "Month-to-month"),
          ("m2m", "Month-to-month"), ("Annual", "One year"), ("two-year", "Two year"), ("Two\tYear", "Two year"),
@@ -52,7 +57,8 @@ def test_canonical_category_maps_case_space_and_known_spellings_and_nulls_unknow
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_each_customer_check_names_its_reason_and_column(spark):
+@pytest.mark.parametrize("lookups", clean.LOOKUP_MODES)
+def test_each_customer_check_names_its_reason_and_column(spark, lookups):
     rows = [
         customer(0),
         customer(1, address="caf\ufffd"),
@@ -74,7 +80,7 @@ def test_each_customer_check_names_its_reason_and_column(spark):
         customer(16, monthly_charges="x", signup_date="never"),
         customer(17, gender="X", monthly_charges="5000"),
     ]
-    got = (bronze(spark, "customers", rows).transform(clean.with_checks("customers", AS_OF))
+    got = (bronze(spark, "customers", rows).transform(clean.with_checks("customers", AS_OF, lookups))
            .select("record_number", "reason", "detail"))
     expected = spark.createDataFrame([
         (0, None, None), (1, "invalid_utf8", "address"), (2, "missing_required", "birth_date"),
@@ -89,7 +95,8 @@ def test_each_customer_check_names_its_reason_and_column(spark):
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_each_event_check_names_its_reason_and_column(spark):
+@pytest.mark.parametrize("lookups", clean.LOOKUP_MODES)
+def test_each_event_check_names_its_reason_and_column(spark, lookups):
     rows = [
         event(0, event_type=" Late  Payment ", channel="Mobile"),
         event(1, note="bad \ufffd byte"),
@@ -102,7 +109,7 @@ def test_each_event_check_names_its_reason_and_column(spark):
         event(8, event_ts="2026-07-01 00:00:00"),
         event(9, event_ts="1999-12-31 23:59:59"),
     ]
-    checked = bronze(spark, "events", rows).transform(clean.with_checks("events", AS_OF))
+    checked = bronze(spark, "events", rows).transform(clean.with_checks("events", AS_OF, lookups))
     expected = spark.createDataFrame([
         (0, None, None, "late_payment", "app"), (1, "invalid_utf8", "note", "charge", "web"),
         (2, "missing_required", "event_id", "charge", "web"), (3, "bad_number", "amount", "charge", "web"),
@@ -261,6 +268,8 @@ def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_p
     assert profiles.load_profile("gpu")[clean.MATERIALISE_KEY] == "files"
     assert profiles.load_profile("gpu-explain")[clean.MATERIALISE_KEY] == "files"
     assert clean.MATERIALISE_KEY not in profiles.load_profile("cpu")
+    assert profiles.load_profile("gpu")[clean.LOOKUP_KEY] == profiles.load_profile("gpu-explain")[clean.LOOKUP_KEY] == "keyed"
+    assert clean.LOOKUP_KEY not in profiles.load_profile("cpu")
     kept = clean.materialised(spark, bc)
     assert kept._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRDD"
     assert sorted(kept.collect()) == sorted(bc.collect())
