@@ -222,9 +222,11 @@ def together(work: dict[str, Callable[[], T]]) -> dict[str, T]:
 
 
 def release(*frames: DataFrame) -> None:
-    """Frees the blocks of local checkpoints (``DataFrame.localCheckpoint``) now, not when the driver's garbage
-    collector gets to them; any other frame is left as it is."""
+    """Frees the blocks of local checkpoints (``DataFrame.localCheckpoint``) and of frames kept as row blocks
+    (``jvm/churn/spark/RowBlocks.java``, clean's) now, not when the driver's garbage collector gets to them; any
+    other frame is left as it is. No row passes through Python."""
     for df in frames:
         rdd = df._jdf.queryExecution().analyzed()
         if rdd.getClass().getSimpleName() == "LogicalRDD":
-            rdd.rdd().unpersist(True)   # the checkpoint's cached blocks freed: no row passes through Python
+            rdd.rdd().unpersist(True)   # a checkpoint's blocks
+            df.sparkSession._jvm.churn.spark.RowBlocks.release(df._jdf)   # row blocks: the RDD under its rows

@@ -46,6 +46,7 @@ MATERIALISE_MODES = ("true", "false", "files")
 # expression anyway and both lookups of its literal map; docs/gpu.md). Both give the same values.
 LOOKUP_KEY = "spark.churn.clean.categoryLookup"
 LOOKUP_MODES = ("lazy", "keyed")
+ROW_BLOCK_BYTES = 1 << 20   # the true mode's blocks: well under half a G1 region of an executor's heap (not "humongous")
 SCRATCH = "_clean_scratch"   # under the lake: the files mode's frames, removed when the stage ends
 LINEAGE = ("source_file", "record_number")
 # Delta keeps min/max/null counts of the first 32 columns of each file it writes; on silver's wide rows that is a
@@ -151,12 +152,13 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
     """``df`` computed once for its several readers, as ``MATERIALISE_KEY`` says (every step is deterministic, each
     window having a total order, so every mode gives the same rows):
 
-    - true (default): kept as rows in the executors' block stores (memory, then local disk: a local checkpoint),
-      with its partitioning. A local checkpoint rather than ``persist()``: a DataFrame cache converts every row
-      into compressed column batches, which on these wide string rows cost 40% more than the classification
-      itself (bench-etl, 200k customers), and its plan keeps the 200 shuffle partitions (adaptive execution may
-      not coalesce a cached plan). The price: a lost executor loses its blocks and the stage fails instead of
-      recomputing them; the runner then puts the stage's tables back and a rerun starts clean.
+    - true (default): kept as rows in the executors' block stores (memory, then local disk), with its
+      partitioning, the rows' bytes packed into blocks of ``ROW_BLOCK_BYTES`` (``jvm/churn/spark/RowBlocks.java``):
+      a local checkpoint keeps one object per row, and millions of live rows are what the JVM's garbage collector
+      walks and copies at every collection while the frame is built (a quarter of the events' classification on 2
+      cores at 1M customers; docs/etl.md). Not ``persist()``: a DataFrame cache converts every row into column
+      batches, which on these wide string rows cost more than the classification itself, and its plan keeps the 200
+      shuffle partitions (adaptive execution may not coalesce a cached plan). A lost block is computed again.
     - false: not kept; each reader computes ``df`` again (its shuffle of the raw rows too).
     - files: written once as Parquet to ``scratch`` and read back (a Parquet write and scan run on the GPU; the
       caller removes ``scratch``). The rows keep their order within each file, so a customer's rows stay side
@@ -166,7 +168,7 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
     if mode == "false":
         return df
     if mode == "true":
-        return df.localCheckpoint(eager=True)
+        return DataFrame(spark._jvm.churn.spark.RowBlocks.keep(df._jdf, ROW_BLOCK_BYTES), spark)
     if scratch is None:
         raise ValueError("materialised: the files mode needs a scratch folder")
     plans.observe(df, scratch)   # the classification's plan, for the GPU plan collector (its later readers scan files)

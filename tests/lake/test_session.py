@@ -115,3 +115,32 @@ def test_gpu_libraries_are_preloaded_only_where_sql_runs_on_the_gpu(spark):
     assert thread is not None and thread.daemon
     thread.join(30)
     assert not thread.is_alive()  # the missing class is swallowed: the planner reports such problems itself
+
+
+def test_row_blocks_keep_every_row_and_the_partitioning_and_release_frees_them(spark):
+    """clean's kept frames (jvm/churn/spark/RowBlocks.java): rows packed into blocks of 64 bytes here, so a
+    partition spans many blocks, a row of 200 bytes gets a block of its own and some partitions are empty. Expected
+    rows written by hand; the kept frame has its source's partitions (each k in one); release frees its blocks."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+    from jobs.lake.session import release
+
+    rows = [(1, "a", None, 1.5), (2, None, "x" * 200, None), (1, "bb", "y", -0.25), (3, "", "z", 0.0),
+            (2, "c\u00e9", None, 2.0)]
+    df = spark.createDataFrame(rows, "k int, s string, t string, d double").repartition(7, "k")
+    jvm = spark.sparkContext._jvm
+    before = jvm.scala.collection.JavaConverters.mapAsJavaMap(spark.sparkContext._jsc.sc().getPersistentRDDs()).size()
+    kept = DataFrame(jvm.churn.spark.RowBlocks.keep(df._jdf, 64), spark)
+    assert sorted(kept.collect(), key=lambda r: (r.k, r.s or "")) == [
+        (1, "a", None, 1.5), (1, "bb", "y", -0.25), (2, None, "x" * 200, None), (2, "c\u00e9", None, 2.0),
+        (3, "", "z", 0.0)]
+    # the source's partitions, in order: each key's rows in one partition still
+    assert kept.rdd.getNumPartitions() == 7
+    assert sorted(kept.groupBy(F.spark_partition_id().alias("p")).agg(F.countDistinct("k").alias("keys"),
+                                                                       F.count(F.lit(1)).alias("rows"))
+                  .select("keys", "rows").collect()) == [(1, 1), (1, 2), (1, 2)]
+    persisted = jvm.scala.collection.JavaConverters.mapAsJavaMap(spark.sparkContext._jsc.sc().getPersistentRDDs())
+    assert persisted.size() == before + 1
+    release(kept)
+    after = jvm.scala.collection.JavaConverters.mapAsJavaMap(spark.sparkContext._jsc.sc().getPersistentRDDs())
+    assert after.size() == before
