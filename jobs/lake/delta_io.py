@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 from typing import NamedTuple
+from urllib.parse import unquote
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.core.errors import UserError
@@ -60,6 +62,36 @@ def commit_actions(spark: SparkSession, path: str, v: int) -> list[dict]:
     finally:
         stream.close()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def overwrite_files(spark: SparkSession, path: str, v: int, schema) -> DataFrame | None:
+    """The table at ``path`` as its commit ``v`` wrote it, where ``v`` is a plain overwrite: a Parquet scan of
+    exactly the files that commit adds (read from its log file on the driver), with ``schema`` (the written
+    frame's). No Delta snapshot is built, so no Spark job replays the log: a stage reading back what it has just
+    written skips one to four small jobs per read (ingest's two read-backs of bronze). None where that would not be
+    the same rows as Delta's reader gives: not a write in mode Overwrite without a predicate (its adds are then not
+    the whole table), a table with no rows, partition values, a deletion vector, or file statistics that do not name
+    the schema's columns (column mapping names them otherwise); the caller then reads through Delta."""
+    try:
+        actions = commit_actions(spark, path, v)
+    except Py4JJavaError:   # no such commit file (cleaned up since): Delta's reader decides
+        return None
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    params = info.get("operationParameters") or {}
+    if info.get("operation") != "WRITE" or params.get("mode") != "Overwrite" or params.get("predicate") not in (None, "[]"):
+        return None
+    adds = [a["add"] for a in actions if "add" in a]
+    names = set(schema.fieldNames())
+    for add in adds:
+        stats = json.loads(add.get("stats") or "{}")
+        named = set(stats.get("minValues") or {})
+        if add.get("partitionValues") or add.get("deletionVector") or not named or not named <= names:
+            return None
+    if not adds:
+        return None
+    root = path.rstrip("/")
+    files = [a["path"] if "://" in a["path"] else f"{root}/{unquote(a['path'])}" for a in adds]
+    return parquet_files(spark, files, schema)
 
 
 def committed_version(spark: SparkSession, path: str) -> int | None:

@@ -62,7 +62,7 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     record = StageRecord(STAGE.name)
     try:
         layouts = planned(inputs, scanned(spark, inputs))
-        wrote, quarantined = write_tables(spark, inputs, layouts, lake)
+        wrote, quarantined, schemas = write_tables(spark, inputs, layouts, lake)
     except Py4JJavaError as e:
         raise unreadable(files, e) from None
     record.wrote.update(wrote)
@@ -72,7 +72,8 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
 
     record.counts, breaks = accounting(
         spark, lake, record.wrote, files,
-        {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}, quarantined)
+        {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}, quarantined,
+        schemas)
     physical = {(ds, f.name): lines for ds, layout in layouts.items() for f, lines in layout.lines.items()}
     record.counts["input"] = reconciled(record.counts["files"], breaks, physical,
                                         {ds: {f.name: f.size for f in fs} for ds, fs in inputs.items()})
@@ -93,14 +94,23 @@ def write_tables(spark: SparkSession, inputs: dict[str, list["InputFile"]], layo
                               for name, df in bronze.items()})
         # Read back from bronze, not parsed again: a scan of the flag (almost all null; Parquet's own null counts
         # let whole row groups be skipped), and of the other columns only where it is set.
-        parts = [delta_io.read_table(spark, lake, f"bronze_{ds}", wrote[f"bronze_{ds}"])[0]
-                 .transform(quarantine_rows(ds)) for ds in DATASETS]
+        schemas = {ds: bronze[f"bronze_{ds}"].schema for ds in DATASETS}
+        parts = [bronze_at(spark, lake, ds, wrote[f"bronze_{ds}"], schemas[ds]).transform(quarantine_rows(ds))
+                 for ds in DATASETS]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per split.
         quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
         commit = delta_io.replace_where_counted(
             quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE.name}'")
         wrote["quarantine"] = commit.version
-    return wrote, commit.rows
+    return wrote, commit.rows, schemas
+
+
+def bronze_at(spark: SparkSession, lake: str, ds: str, version: int, schema) -> DataFrame:
+    """Bronze ``ds`` at ``version``, which this run's overwrite wrote: the files of that commit as Parquet
+    (``delta_io.overwrite_files``: no Delta snapshot to build), else through Delta's reader."""
+    path = delta_io.table_path(lake, f"bronze_{ds}")
+    files = delta_io.overwrite_files(spark, path, version, schema)
+    return files if files is not None else delta_io.read(spark, path, version)[0]
 
 
 # What a read failure's message says, and what it means for the file (its cause and the fix).
@@ -390,12 +400,15 @@ def quarantine_rows(dataset: str):
 # ---------------------------------------------------------------------------------------------------------
 def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]],
                expected: dict[str, dict[str, int]] | None = None,
-               quarantine_rows: int | None = None) -> tuple[dict, dict[tuple[str, str], int]]:
+               quarantine_rows: int | None = None,
+               schemas: dict | None = None) -> tuple[dict, dict[tuple[str, str], int]]:
     """Per dataset and file: records (bronze holds every one), rows kept (``bronze``: well-formed, what clean
     reads) and rows quarantined (bronze's malformed ones); and, per (dataset, file), the line breaks inside its
     records (``record_lines`` less one each), for the independent count. A file with a header and no records is
     listed with zeros. ``expected``: the records the pre-pass found starting in each file, which bronze must hold;
-    ``quarantine_rows``: the rows the quarantine's write committed, which must be bronze's malformed ones.
+    ``quarantine_rows``: the rows the quarantine's write committed, which must be bronze's malformed ones;
+    ``schemas``: bronze's per dataset as written, to read back what this run wrote without a Delta snapshot
+    (``bronze_at``; left out: through Delta's reader).
 
     Bronze's rows and first and last record numbers per file come from the statistics Delta wrote with each of its
     data files (``bronze_counts_from_commit``); where those cannot be exact, from a scan of bronze's lineage
@@ -404,7 +417,8 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
     names = {ds: {file_name(spark, p) for p in paths[ds]} for ds in DATASETS}
     bronze = {ds: bronze_counts_from_commit(spark, delta_io.table_path(lake, f"bronze_{ds}"),
                                             versions[f"bronze_{ds}"], names[ds]) for ds in DATASETS}
-    tables = {ds: delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])[0] for ds in DATASETS}
+    tables = {ds: bronze_at(spark, lake, ds, versions[f"bronze_{ds}"], schemas[ds]) if schemas
+              else delta_io.read_table(spark, lake, f"bronze_{ds}", versions[f"bronze_{ds}"])[0] for ds in DATASETS}
     flagged = F.col(f"{MALFORMED}.reason").isNotNull()
     union = None
     for ds, b in tables.items():

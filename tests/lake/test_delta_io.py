@@ -88,6 +88,27 @@ def test_gpu_profiles_scan_a_delta_snapshot_as_exactly_its_parquet_files(spark, 
     assert [tuple(r) for r in partitioned.collect()] == [(5, "x")]
 
 
+def test_a_plain_overwrite_reads_back_as_its_own_files_and_any_other_commit_through_delta(spark, tmp_path):
+    """What ingest reads back from bronze: the files its overwrite just committed, with no Delta snapshot built;
+    None (the caller reads through Delta) for a commit whose adds are not the whole table or a table with no rows."""
+    path, schema = str(tmp_path / "t"), "id long, s string"
+    delta_io.overwrite(spark.createDataFrame([(1, "a"), (2, "b")], schema), path)                        # v0
+    delta_io.overwrite(spark.createDataFrame([(3, "c"), (4, None)], schema).repartition(2), path)        # v1
+    delta_io.append_once(spark.createDataFrame([(5, "e")], schema), path, "t", 1)                        # v2
+    delta_io.replace_where(spark.createDataFrame([(3, "f")], schema), path, "id = 3")                    # v3
+    empty = str(tmp_path / "empty")
+    delta_io.overwrite(spark.createDataFrame([], schema), empty)
+    struct = spark.createDataFrame([], schema).schema
+    v1 = delta_io.overwrite_files(spark, path, 1, struct)
+    assert _scan_file_indexes(v1) == ["InMemoryFileIndex"]
+    assert_df_equality(v1, spark.createDataFrame([(3, "c"), (4, None)], schema), ignore_row_order=True,
+                       ignore_nullable=True)
+    assert delta_io.overwrite_files(spark, path, 2, struct) is None    # an append adds to what is there
+    assert delta_io.overwrite_files(spark, path, 3, struct) is None    # a replaceWhere overwrites a slice
+    assert delta_io.overwrite_files(spark, path, 9, struct) is None    # no such commit
+    assert delta_io.overwrite_files(spark, empty, 0, struct) is None   # no file: Delta's reader gives the schema
+
+
 def _scan_file_indexes(df) -> list[str]:
     """The class of each file scan's file index in ``df``'s physical plan."""
     leaves = df._jdf.queryExecution().executedPlan().collectLeaves().iterator()
