@@ -64,31 +64,36 @@ def commit_actions(spark: SparkSession, path: str, v: int) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def overwrite_files(spark: SparkSession, path: str, v: int, schema) -> DataFrame | None:
-    """The table at ``path`` as its commit ``v`` wrote it, where ``v`` is a plain overwrite: a Parquet scan of
-    exactly the files that commit adds (read from its log file on the driver), with ``schema`` (the written
-    frame's). No Delta snapshot is built, so no Spark job replays the log: a stage reading back what it has just
-    written skips one to four small jobs per read (ingest's two read-backs of bronze). None where that would not be
-    the same rows as Delta's reader gives: not a write in mode Overwrite without a predicate (its adds are then not
-    the whole table), a table with no rows, partition values, a deletion vector, or file statistics that do not name
-    the schema's columns (column mapping names them otherwise); the caller then reads through Delta."""
+def overwrite_adds(spark: SparkSession, path: str, v: int) -> list[dict] | None:
+    """The ``add`` actions of commit ``v`` where it is a plain overwrite (a write in mode Overwrite without a
+    predicate: its adds are then the whole table at ``v``), read from its log file on the driver; None for any other
+    commit, or where its log file is gone (cleaned up since)."""
     try:
         actions = commit_actions(spark, path, v)
-    except Py4JJavaError:   # no such commit file (cleaned up since): Delta's reader decides
+    except Py4JJavaError:
         return None
     info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     params = info.get("operationParameters") or {}
     if info.get("operation") != "WRITE" or params.get("mode") != "Overwrite" or params.get("predicate") not in (None, "[]"):
         return None
-    adds = [a["add"] for a in actions if "add" in a]
-    names = set(schema.fieldNames())
-    for add in adds:
-        stats = json.loads(add.get("stats") or "{}")
-        named = set(stats.get("minValues") or {})
-        if add.get("partitionValues") or add.get("deletionVector") or not named or not named <= names:
-            return None
+    return [a["add"] for a in actions if "add" in a]
+
+
+def overwrite_files(spark: SparkSession, path: str, v: int, schema) -> DataFrame | None:
+    """The table at ``path`` as its plain overwrite ``v`` wrote it (``overwrite_adds``): a Parquet scan of exactly
+    the files that commit adds, with ``schema`` (the written frame's). No Delta snapshot is built, so no Spark job
+    replays the log: a stage reading back what it has just written skips one to four small jobs per read (ingest's
+    two read-backs of bronze). None where that would not be the same rows as Delta's reader gives: another kind of
+    commit, a table with no rows, partition values, a deletion vector, or file statistics that do not name the
+    schema's columns (column mapping names them otherwise); the caller then reads through Delta."""
+    adds = overwrite_adds(spark, path, v)
     if not adds:
         return None
+    names = set(schema.fieldNames())
+    for add in adds:
+        named = set(json.loads(add.get("stats") or "{}").get("minValues") or {})
+        if add.get("partitionValues") or add.get("deletionVector") or not named or not named <= names:
+            return None
     root = path.rstrip("/")
     files = [a["path"] if "://" in a["path"] else f"{root}/{unquote(a['path'])}" for a in adds]
     return parquet_files(spark, files, schema)

@@ -152,8 +152,8 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
     """``df`` computed once for its several readers, as ``MATERIALISE_KEY`` says (every step is deterministic, each
     window having a total order, so every mode gives the same rows):
 
-    - true (default): kept as rows in the executors' block stores (memory, then local disk), with its
-      partitioning, the rows' bytes packed into blocks of ``ROW_BLOCK_BYTES`` (``jvm/churn/spark/RowBlocks.java``):
+    - true (default): kept as rows in the executors' block stores (memory, then local disk), in its partitions,
+      the rows' bytes packed into blocks of ``ROW_BLOCK_BYTES`` (``jvm/churn/spark/RowBlocks.java``):
       a local checkpoint keeps one object per row, and millions of live rows are what the JVM's garbage collector
       walks and copies at every collection while the frame is built (a quarter of the events' classification on 2
       cores at 1M customers; docs/etl.md). Not ``persist()``: a DataFrame cache converts every row into column

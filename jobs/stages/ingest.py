@@ -508,7 +508,7 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
     from the statistics in that version's commit file instead of from bronze itself; None where they cannot
     be exact, and the caller scans bronze.
 
-    Exact when: the commit is an overwrite (its ``add`` actions are then the whole table at that version),
+    Exact when: the commit is a plain overwrite (``delta_io.overwrite_adds``: its adds are the whole table),
     every data file it adds has a row count and lineage statistics whose min and max ``source_file`` are one and
     the same input file name (not a prefix: Delta cuts string statistics at 32 characters), and each input file's
     data files hold consecutive numbers that tile 0..n-1 (a row count equal to the width of its min..max, each
@@ -518,18 +518,12 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
     counts distinct numbers."""
     if delta_io.committed_version(spark, table) is None:
         return None
-    try:
-        actions = delta_io.commit_actions(spark, table, version)
-    except Py4JJavaError:   # no such commit file (a version cleaned up since)
-        return None
-    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    if info.get("operation") != "WRITE" or (info.get("operationParameters") or {}).get("mode") != "Overwrite":
+    adds = delta_io.overwrite_adds(spark, table, version)
+    if adds is None:
         return None
     spans: dict[str, list[tuple[int, int, int]]] = {}
-    for a in actions:
-        if "add" not in a:
-            continue
-        stats = json.loads(a["add"].get("stats") or "{}")
+    for add in adds:
+        stats = json.loads(add.get("stats") or "{}")
         lo, hi = stats.get("minValues") or {}, stats.get("maxValues") or {}
         name, n = lo.get("source_file"), stats.get("numRecords")
         first, last = lo.get("record_number"), hi.get("record_number")
