@@ -22,7 +22,7 @@ import org.apache.spark.unsafe.Platform;
 import scala.collection.JavaConverters;
 
 /**
- * A DataFrame computed once and kept, for several readers, as its rows' bytes packed into blocks of a few MB: a
+ * A DataFrame computed once and kept, for several readers, as its rows' bytes packed into blocks (clean: 1 MiB): a
  * local checkpoint whose storage holds a few large byte arrays per partition instead of one object (and one byte
  * array) per row.
  *
