@@ -104,6 +104,15 @@ def test_build_features_one_row_per_customer_all_doubles_no_nulls(spark):
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_customers_meet_their_aggregates_in_a_hash_join_that_sorts_neither_side(spark, session_conf):
+    session_conf(**{"spark.sql.autoBroadcastJoinThreshold": "-1"})   # as for tables too large to broadcast
+    customers, events = two_customers(spark)
+
+    plan = features.build_features(customers, events, AS_OF)._jdf.queryExecution().executedPlan().toString()
+
+    assert "ShuffledHashJoin" in plan and "SortMergeJoin" not in plan
+
+
 @pytest.mark.parametrize("with_write", ["true", "false"])
 def test_the_stage_writes_gold_counts_its_rows_and_keeps_statistics_for_the_id_only(spark, tmp_path, session_conf,
                                                                                    with_write):
