@@ -1,6 +1,9 @@
 """Unit tests of the ingest transforms and stage on small inline data; expected rows by hand."""
 from __future__ import annotations
 
+import glob
+
+import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 from delta.tables import DeltaTable
@@ -65,6 +68,15 @@ def test_ingest_catches_short_and_long_rows_with_raw_text_file_and_record_number
     assert props["bronze/customers"]["delta.dataSkippingStatsColumns"] == "source_file,record_number"
     assert "delta.dataSkippingStatsColumns" not in props["quarantine"]
     assert spark.conf.get("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", None) is None
+    # Bronze's strings are written plain, without Parquet dictionaries; the session's setting is put back after.
+    for table in ("bronze/customers", "bronze/events"):
+        files = glob.glob(f"{lake}/{table}/*.parquet")
+        assert files
+        for f in files:
+            chunks = pq.ParquetFile(f).metadata.row_group(0)
+            encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+            assert not any("DICTIONARY" in e for es in encodings.values() for e in es), (f, encodings)
+    assert spark.conf.get("parquet.enable.dictionary", None) is None
 
 
 
