@@ -46,16 +46,17 @@ from jobs.lake.contract import DATASETS, MALFORMED, QUARANTINE_COLUMNS
 from jobs.lake.session import conf_flag, hadoop_fs, project_source, session_conf, together
 
 LINEAGE = ("source_file", "record_number")
-# Delta keeps min/max/null counts of the first 32 columns of every file it writes. On bronze's raw strings that
-# is about a third of the write and serves no reader (clean reads bronze whole); bronze keeps them for its
-# lineage columns only, what a lookup of one record filters on. A table property, set when the table is created.
-BRONZE_TABLE_DEFAULTS = {"spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ",".join(LINEAGE)}
-# Parquet's dictionary encoding looks every value up in a hash map of the column chunk's distinct values (and drops
-# the map for a column of many): on bronze's raw strings a quarter of ingest's task time (1M customers, 2 cores).
-# Bronze is written once and read once, by clean, whose scan then copies each dictionary value it reads; plain
-# strings, compressed as every page is, cost that scan nothing. Set on the session (Spark passes its SQL settings to
-# the Parquet writer) while ingest writes bronze.
-BRONZE_PARQUET = {"parquet.enable.dictionary": "false"}
+# Settings on the session while ingest writes bronze (Spark passes its SQL settings to Delta and the Parquet writer).
+BRONZE_WRITE_SETTINGS = {
+    # Delta keeps min/max/null counts of the first 32 columns of every file it writes. On bronze's raw strings that
+    # is about a third of the write and serves no reader (clean reads bronze whole); bronze keeps them for its
+    # lineage columns only, what a lookup of one record filters on. A table property, set when the table is created.
+    "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ",".join(LINEAGE),
+    # Parquet's dictionary encoding looks every value up in a hash map of the column chunk's distinct values: on
+    # bronze's raw strings a quarter of ingest's task time (1M customers, 2 cores). Bronze is written once and read
+    # once, by clean, whose scan would copy each dictionary value it reads; its files are written plain instead.
+    "parquet.enable.dictionary": "false",
+}
 
 
 def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
@@ -95,7 +96,7 @@ def write_tables(spark: SparkSession, inputs: dict[str, list["InputFile"]], layo
         # The two bronze writes run side by side: the smaller one's last tasks would otherwise leave cores idle.
         bronze = {f"bronze_{ds}": extract(spark, inputs[ds], layouts[ds].splits, columns)
                   .transform(bronze_rows(columns)) for ds, columns in DATASETS.items()}
-        with session_conf(spark, {**BRONZE_TABLE_DEFAULTS, **BRONZE_PARQUET}):
+        with session_conf(spark, BRONZE_WRITE_SETTINGS):
             wrote = together({name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
                               for name, df in bronze.items()})
         # Read back from bronze, not parsed again: a scan of the flag (almost all null; Parquet's own null counts
