@@ -10,13 +10,19 @@ Idempotence, by kind of write:
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 import os
+import uuid
 from typing import NamedTuple
 from urllib.parse import unquote
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ByteType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType, StringType,
+                               StructField, StructType)
 
 from jobs.core.errors import UserError
 from jobs.lake import plans
@@ -200,7 +206,10 @@ def overwrite(df: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> i
 def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = (),
                       properties: dict[str, str] | None = None) -> Commit:
     """``overwrite``, returning the commit: its version and the rows it wrote. ``properties`` (``delta.*`` table
-    properties) apply when the write creates the table; an existing table keeps its own."""
+    properties) apply when the write creates the table; an existing table keeps its own. Where the profile says so
+    (``WRITE_FILES_KEY``), an unpartitioned table is written as Parquet files and committed (``overwrite_as_files``)."""
+    if not partition_by and conf_flag(df.sparkSession, WRITE_FILES_KEY, False):
+        return overwrite_as_files(df, path, properties)
     plans.observe(df, path)
     writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
     for key, value in (properties or {}).items():
@@ -209,6 +218,126 @@ def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = 
         writer = writer.partitionBy(*partition_by)
     writer.save(path)
     return last_commit(df.sparkSession, path)
+
+
+# Profiles that run SQL on the GPU set this: an overwrite is a plain Parquet write, which the GPU runs, and a Delta
+# commit of its files (``overwrite_as_files``). RAPIDS 25.04 has no Delta writer for Spark 3.5: a Delta write moves its
+# rows off the GPU and encodes them on the CPU.
+WRITE_FILES_KEY = "spark.churn.delta.writeFilesAsParquet"
+STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
+STATS_DEFAULT_PREFIX = "spark.databricks.delta.properties.defaults."
+INDEXED_COLUMNS = 32        # Delta's default: statistics for the first 32 columns (delta.dataSkippingNumIndexedCols)
+STATS_STRING_LENGTH = 32    # strings longer than this get no min/max (Delta's own prefix length for them)
+WRITE_FOLDER_PREFIX = "w-"  # one folder of Parquet files per file commit, under the table's folder
+
+
+def overwrite_as_files(df: DataFrame, path: str, properties: dict[str, str] | None = None) -> Commit:
+    """The table at ``path`` replaced by ``df``, as ``overwrite_counted`` does, in two steps: ``df`` written as Parquet
+    files into a new folder under the table's (``WRITE_FOLDER_PREFIX``; a Parquet write, which the RAPIDS
+    Accelerator runs on the GPU), then one Delta commit that removes the table's files and adds these
+    (``jvm/churn/lake/FileCommit.java``: a ``WRITE`` in mode ``Overwrite``, as Delta's own writer commits one).
+
+    Each file's statistics come from one aggregation over the files just written, grouped by file: its rows, and
+    the null counts and min/max of the table's statistics columns (``stats_columns``) as Delta's writer keeps them,
+    but for timestamps (Delta keeps theirs truncated to milliseconds, by rules of its own) and strings of more than
+    32 characters, which get no min/max (a reader then skips no file on them). The commit's rows are that count,
+    taken from the files, not from the writer. If any step fails nothing is committed and the folder is removed; a
+    reader sees the old version until the commit."""
+    spark = df.sparkSession
+    root = path.rstrip("/")
+    before = committed_version(spark, path)
+    folder = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
+    plans.observe(df, path)
+    try:
+        df.write.mode("errorifexists").parquet(f"{root}/{folder}")
+        files = written_files(spark, f"{root}/{folder}")
+        schema = nullable(df.schema)
+        stats = file_stats(spark, f"{root}/{folder}", list(files), schema,
+                           stats_columns(spark, path, schema, properties))
+        rows = sum(s["numRecords"] for s in stats)
+        gateway, jvm = spark.sparkContext._gateway, spark.sparkContext._jvm
+        version = jvm.churn.lake.FileCommit.overwrite(
+            spark._jsparkSession, path, _array(gateway, gateway.jvm.String, [f"{folder}/{name}" for name in files]),
+            _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
+            _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
+            _array(gateway, gateway.jvm.String, [json.dumps(s, separators=(",", ":")) for s in stats]),
+            schema.json(), dict(properties or {}), rows)
+    except BaseException:
+        if committed_version(spark, path) == before:   # not committed: the files are nobody's
+            remove_path(spark, f"{root}/{folder}")
+        raise
+    return Commit(int(version), rows)
+
+
+def _array(gateway, kind, values: list):
+    array = gateway.new_array(kind, len(values))
+    for i, v in enumerate(values):
+        array[i] = v
+    return array
+
+
+def written_files(spark: SparkSession, folder: str) -> dict[str, tuple[int, int]]:
+    """The Parquet files a write left in ``folder`` (not its ``_SUCCESS`` marker), by name, in name order (the write's
+    partition order): (bytes, modification time in ms)."""
+    _, p, fs = hadoop_fs(spark, folder)
+    found = {st.getPath().getName(): (st.getLen(), st.getModificationTime()) for st in fs.listStatus(p)
+             if st.isFile() and not st.getPath().getName().startswith(("_", "."))}
+    return dict(sorted(found.items()))
+
+
+def nullable(schema: StructType) -> StructType:
+    """``schema`` with every field nullable, as Delta keeps a table's schema."""
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
+
+
+def stats_columns(spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None) -> list[str]:
+    """The columns Delta keeps statistics of in the table at ``path``: its ``delta.dataSkippingStatsColumns`` (for a
+    table not created yet: ``properties``, else the session's default for new tables), else its first 32 columns."""
+    configuration = spark.sparkContext._jvm.churn.lake.FileCommit.configuration(spark._jsparkSession, path)
+    if configuration is None:
+        default = spark.conf.get(STATS_DEFAULT_PREFIX + STATS_COLUMNS_PROPERTY, None)
+        named = (properties or {}).get(STATS_COLUMNS_PROPERTY, default)
+    else:
+        named = configuration.get(STATS_COLUMNS_PROPERTY)
+    columns = [c.strip() for c in named.split(",")] if named else schema.fieldNames()[:INDEXED_COLUMNS]
+    return [c for c in columns if c in schema.fieldNames()]
+
+
+RANGED_TYPES = (StringType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DateType)
+
+
+def file_stats(spark: SparkSession, folder: str, names: list[str], schema: StructType,
+               columns: list[str]) -> list[dict]:
+    """Delta's statistics of each file ``names`` in ``folder`` (``overwrite_as_files``), in that order, from one
+    aggregation grouped by file. A file with no rows is in no group: it gets 0 rows and no min/max."""
+    kinds = {f.name: f.dataType for f in schema.fields}
+    aggs = [F.count(F.lit(1)).alias("n")]
+    for i, c in enumerate(columns):
+        aggs.append(F.sum(F.col(c).isNull().cast("long")).alias(f"null{i}"))
+        if isinstance(kinds[c], RANGED_TYPES):
+            aggs += [F.min(c).alias(f"min{i}"), F.max(c).alias(f"max{i}")]
+        if isinstance(kinds[c], StringType):
+            aggs.append(F.max(F.length(c)).alias(f"len{i}"))
+    by_file = {unquote(r["file"]).rsplit("/", 1)[-1]: r.asDict() for r in
+               parquet_files(spark, [f"{folder}/{n}" for n in names], schema)
+               .groupBy(F.input_file_name().alias("file")).agg(*aggs).collect()}   # one row per file
+    stats = []
+    for name in names:
+        row = by_file.get(name)
+        if not row:
+            stats.append({"numRecords": 0})
+            continue
+        low, high = {}, {}
+        for i, c in enumerate(columns):
+            lo, hi = row.get(f"min{i}"), row.get(f"max{i}")
+            if lo is None or (isinstance(lo, str) and row[f"len{i}"] > STATS_STRING_LENGTH):
+                continue
+            if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
+                continue
+            low[c], high[c] = (lo.isoformat(), hi.isoformat()) if isinstance(lo, dt.date) else (lo, hi)
+        stats.append({"numRecords": int(row["n"]), "minValues": low, "maxValues": high,
+                      "nullCount": {c: int(row[f"null{i}"] or 0) for i, c in enumerate(columns)}})
+    return stats
 
 
 def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:

@@ -2,11 +2,14 @@
 replaces, relative paths, and a snapshot scanned as exactly its Parquet files."""
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from jobs.lake import delta_io
@@ -143,3 +146,78 @@ def test_a_scan_of_many_local_files_looks_them_up_without_a_spark_job(spark, tmp
     assert sorted(r.id for r in ours.collect()) == list(range(40))
     # the session's threshold is left as it was
     assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32") == "32"
+
+
+def test_a_file_commit_overwrites_as_deltas_own_writer_does(spark, tmp_path):
+    """The gpu profile's overwrite (``WRITE_FILES_KEY``): Parquet files written, then committed to Delta. The table
+    reads back as the frame, its commit is a WRITE / Overwrite with the rows, files and statistics Delta's own
+    writer would give it, a new table takes the properties, a later overwrite replaces the schema and every file,
+    and time travel still reads the old version."""
+    path = str(tmp_path / "t")
+    long_note = "n" * 40   # longer than the 32 characters strings get min/max for
+    first = spark.createDataFrame(
+        [("c2", 5, dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5), long_note),
+         ("c1", -3, dt.date(2023, 12, 31), None, "short"),
+         (None, 7, None, dt.datetime(2024, 5, 6, 7, 8, 9), None)],
+        "customer_id string, n long, d date, ts timestamp, note string").coalesce(1)
+    properties = {"delta.dataSkippingStatsColumns": "customer_id,n,d,ts,note"}
+    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
+    try:
+        assert delta_io.overwrite_counted(first, path, properties=properties) == (0, 3)
+        second = spark.createDataFrame([("c9", 1, 2.5), ("c8", 2, 0.5)], "customer_id string, n long, x double")
+        second = second.select("customer_id", "n", *[F.lit(None).cast(t).alias(c) for c, t in
+                                                      (("d", "date"), ("ts", "timestamp"), ("note", "string"))], "x")
+        assert delta_io.overwrite_counted(second.repartition(2), path) == (1, 2)
+    finally:
+        spark.conf.unset(delta_io.WRITE_FILES_KEY)
+
+    assert_df_equality(delta_io.read(spark, path, 0)[0], first, ignore_row_order=True, ignore_nullable=True)
+    latest, v = delta_io.read(spark, path)
+    assert v == 1
+    assert_df_equality(latest, spark.createDataFrame(
+        [("c9", 1, None, None, None, 2.5), ("c8", 2, None, None, None, 0.5)],
+        "customer_id string, n long, d date, ts timestamp, note string, x double"),
+        ignore_row_order=True, ignore_nullable=True)
+
+    history = {r["version"]: r for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
+    assert history[0]["operation"] == "WRITE" and history[0]["operationParameters"]["mode"] == "Overwrite"
+    assert history[0]["operationMetrics"]["numOutputRows"] == "3"
+    assert history[1]["operationMetrics"]["numOutputRows"] == "2"
+    assert history[1]["operationMetrics"]["numFiles"] == "2"
+    from delta.tables import DeltaTable
+    assert DeltaTable.forPath(spark, path).detail().first()["properties"] == properties   # kept at v1
+
+    (add,) = [a["add"] for a in delta_io.commit_actions(spark, path, 0) if "add" in a]
+    stats = json.loads(add["stats"])
+    assert stats == {"numRecords": 3,
+                     "minValues": {"customer_id": "c1", "n": -3, "d": "2023-12-31"},
+                     "maxValues": {"customer_id": "c2", "n": 7, "d": "2024-01-02"},
+                     "nullCount": {"customer_id": 1, "n": 0, "d": 1, "ts": 1, "note": 1}}
+    actions = delta_io.commit_actions(spark, path, 1)
+    assert [a["remove"]["path"] for a in actions if "remove" in a] == [add["path"]]
+    assert sorted(json.loads(a["add"]["stats"])["numRecords"] for a in actions if "add" in a) == [1, 1]
+    # ingest's and features' read-back of a plain overwrite works on it too.
+    assert_df_equality(delta_io.overwrite_files(spark, path, 1, latest.schema), latest, ignore_row_order=True)
+    # An independent reader of the protocol (delta-rs) sees both versions as Delta's own does.
+    import deltalake
+    table = deltalake.DeltaTable(path)
+    assert table.version() == 1 and sorted(table.to_pyarrow_table().column("customer_id").to_pylist()) == ["c8", "c9"]
+    table.load_as_version(0)
+    assert table.to_pyarrow_table().num_rows == 3
+
+
+def test_a_failed_file_commit_leaves_the_table_and_its_folder_as_they_were(spark, tmp_path):
+    path = str(tmp_path / "t")
+    delta_io.overwrite(spark.createDataFrame([(1, "a")], "id long, s string"), path)
+    failing = spark.range(3).select(F.col("id"), F.when(F.col("id") < 5, F.raise_error("no")).cast("string").alias("s"))
+    empty = spark.createDataFrame([], "id long, s string")
+    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
+    try:
+        with pytest.raises(Exception, match="no"):
+            delta_io.overwrite_counted(failing, path)
+        assert delta_io.version(spark, path) == 0
+        assert sorted(p.name for p in (tmp_path / "t").iterdir() if p.is_dir()) == ["_delta_log"]
+        assert delta_io.overwrite_counted(empty, path) == (1, 0)
+    finally:
+        spark.conf.unset(delta_io.WRITE_FILES_KEY)
+    assert delta_io.read(spark, path)[0].count() == 0

@@ -10,6 +10,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from jobs.core.errors import UserError
+from jobs.lake import delta_io
 from jobs.lake.contract import EVENTS_CSV_SCHEMA
 from jobs.launch import profiles
 from jobs.stages import ingest
@@ -271,11 +272,16 @@ def test_ingest_runs_with_the_plugins_sql_off_where_the_gpu_profile_says_so(spar
     assert ingest.RAPIDS_SQL_KEY not in profiles.load_profile("gpu-explain")
     assert ingest.plugin_conf(spark) == {}
     session_conf(**{ingest.RAPIDS_SQL_KEY: "false"})
-    assert ingest.plugin_conf(spark) == {"spark.rapids.sql.enabled": "false"}
+    # ... and bronze is then written by Delta's writer, not as a file commit (whose Parquet write would be the CPU's).
+    assert ingest.plugin_conf(spark) == {"spark.rapids.sql.enabled": "false", delta_io.WRITE_FILES_KEY: "false"}
+    session_conf(**{delta_io.WRITE_FILES_KEY: "true"})
     inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", numbered_events(3, bad_every=5))
     record = ingest.run(spark, inp, str(tmp_path / "lake"))
     assert record.counts["totals"]["customers"]["bronze"] == 1
     assert spark.conf.get("spark.rapids.sql.enabled", None) is None
+    # Delta's writer puts its files at the table's top; a file commit's are in a folder of their own.
+    adds = delta_io.commit_actions(spark, str(tmp_path / "lake" / "bronze" / "customers"), record.wrote["bronze_customers"])
+    assert [a["add"]["path"].count("/") for a in adds if "add" in a] == [0]
 
 
 GOOD_EVENTS = EVENTS_HEADER + "\n" + "".join(f"E{i},C1,2026-01-01 00:00:00,charge,1.00,web,n{i}\n" for i in range(3))
