@@ -10,9 +10,7 @@ Idempotence, by kind of write:
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
-import math
 import os
 import uuid
 from typing import NamedTuple
@@ -20,9 +18,7 @@ from urllib.parse import unquote
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import (ByteType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType, StringType,
-                               StructField, StructType)
+from pyspark.sql.types import StructField, StructType
 
 from jobs.core.errors import UserError
 from jobs.lake import plans
@@ -237,12 +233,12 @@ def overwrite_as_files(df: DataFrame, path: str, properties: dict[str, str] | No
     Accelerator runs on the GPU), then one Delta commit that removes the table's files and adds these
     (``jvm/churn/lake/FileCommit.java``: a ``WRITE`` in mode ``Overwrite``, as Delta's own writer commits one).
 
-    Each file's statistics come from one aggregation over the files just written, grouped by file: its rows, and
-    the null counts and min/max of the table's statistics columns (``stats_columns``) as Delta's writer keeps them,
-    but for timestamps (Delta keeps theirs truncated to milliseconds, by rules of its own) and strings of more than
-    32 characters, which get no min/max (a reader then skips no file on them). The commit's rows are that count,
-    taken from the files, not from the writer. If any step fails nothing is committed and the folder is removed; a
-    reader sees the old version until the commit."""
+    Each file's statistics are read from its footer (``FileCommit.describe``: the row groups' counts and column
+    statistics, no data read): its rows, and the null counts and min/max of the table's statistics columns
+    (``stats_columns``) as Delta's writer keeps them, but for timestamps (Delta keeps theirs truncated to
+    milliseconds, by rules of its own) and strings of more than 32 characters, which get no min/max (a reader then
+    skips no file on them). If any step fails nothing is committed and the folder is removed; a reader sees the old
+    version until the commit."""
     spark = df.sparkSession
     root = path.rstrip("/")
     before = committed_version(spark, path)
@@ -252,16 +248,17 @@ def overwrite_as_files(df: DataFrame, path: str, properties: dict[str, str] | No
         df.write.mode("errorifexists").parquet(f"{root}/{folder}")
         files = written_files(spark, f"{root}/{folder}")
         schema = nullable(df.schema)
-        stats = file_stats(spark, f"{root}/{folder}", list(files), schema,
-                           stats_columns(spark, path, schema, properties))
-        rows = sum(s["numRecords"] for s in stats)
         gateway, jvm = spark.sparkContext._gateway, spark.sparkContext._jvm
+        stats = list(jvm.churn.lake.FileCommit.describe(
+            spark._jsparkSession, f"{root}/{folder}", _array(gateway, gateway.jvm.String, list(files)),
+            _array(gateway, gateway.jvm.String, stats_columns(spark, path, schema, properties)),
+            STATS_STRING_LENGTH))
+        rows = sum(json.loads(s)["numRecords"] for s in stats)
         version = jvm.churn.lake.FileCommit.overwrite(
             spark._jsparkSession, path, _array(gateway, gateway.jvm.String, [f"{folder}/{name}" for name in files]),
             _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
             _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
-            _array(gateway, gateway.jvm.String, [json.dumps(s, separators=(",", ":")) for s in stats]),
-            schema.json(), dict(properties or {}), rows)
+            _array(gateway, gateway.jvm.String, stats), schema.json(), dict(properties or {}), rows)
     except BaseException:
         if committed_version(spark, path) == before:   # not committed: the files are nobody's
             remove_path(spark, f"{root}/{folder}")
@@ -301,43 +298,6 @@ def stats_columns(spark: SparkSession, path: str, schema: StructType, properties
         named = configuration.get(STATS_COLUMNS_PROPERTY)
     columns = [c.strip() for c in named.split(",")] if named else schema.fieldNames()[:INDEXED_COLUMNS]
     return [c for c in columns if c in schema.fieldNames()]
-
-
-RANGED_TYPES = (StringType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DateType)
-
-
-def file_stats(spark: SparkSession, folder: str, names: list[str], schema: StructType,
-               columns: list[str]) -> list[dict]:
-    """Delta's statistics of each file ``names`` in ``folder`` (``overwrite_as_files``), in that order, from one
-    aggregation grouped by file. A file with no rows is in no group: it gets 0 rows and no min/max."""
-    kinds = {f.name: f.dataType for f in schema.fields}
-    aggs = [F.count(F.lit(1)).alias("n")]
-    for i, c in enumerate(columns):
-        aggs.append(F.sum(F.col(c).isNull().cast("long")).alias(f"null{i}"))
-        if isinstance(kinds[c], RANGED_TYPES):
-            aggs += [F.min(c).alias(f"min{i}"), F.max(c).alias(f"max{i}")]
-        if isinstance(kinds[c], StringType):
-            aggs.append(F.max(F.length(c)).alias(f"len{i}"))
-    by_file = {unquote(r["file"]).rsplit("/", 1)[-1]: r.asDict() for r in
-               parquet_files(spark, [f"{folder}/{n}" for n in names], schema)
-               .groupBy(F.input_file_name().alias("file")).agg(*aggs).collect()}   # one row per file
-    stats = []
-    for name in names:
-        row = by_file.get(name)
-        if not row:
-            stats.append({"numRecords": 0})
-            continue
-        low, high = {}, {}
-        for i, c in enumerate(columns):
-            lo, hi = row.get(f"min{i}"), row.get(f"max{i}")
-            if lo is None or (isinstance(lo, str) and row[f"len{i}"] > STATS_STRING_LENGTH):
-                continue
-            if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
-                continue
-            low[c], high[c] = (lo.isoformat(), hi.isoformat()) if isinstance(lo, dt.date) else (lo, hi)
-        stats.append({"numRecords": int(row["n"]), "minValues": low, "maxValues": high,
-                      "nullCount": {c: int(row[f"null{i}"] or 0) for i, c in enumerate(columns)}})
-    return stats
 
 
 def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:

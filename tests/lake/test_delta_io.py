@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 
+import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import Row
@@ -221,3 +222,22 @@ def test_a_failed_file_commit_leaves_the_table_and_its_folder_as_they_were(spark
     finally:
         spark.conf.unset(delta_io.WRITE_FILES_KEY)
     assert delta_io.read(spark, path)[0].count() == 0
+
+
+def test_a_file_commit_takes_each_files_statistics_from_all_of_its_row_groups(spark, tmp_path):
+    """The footer holds one set of statistics per row group: a file's are their union (rows summed, nulls summed,
+    the least min and the greatest max)."""
+    folder = tmp_path / "f"
+    ids = [f"a{i:04d}" for i in range(1000)]
+    rows = [(ids[(i * 7) % 1000], None if i % 10 == 0 else i) for i in range(1000)]   # every id once, out of order
+    (spark.createDataFrame(rows, "id string, n long").coalesce(1).write
+     .option("parquet.block.size", 2048).option("parquet.page.size", 512).parquet(str(folder)))
+    (name,) = [p.name for p in folder.glob("*.parquet")]
+    assert pq.ParquetFile(folder / name).metadata.num_row_groups > 3
+    gateway = spark.sparkContext._gateway
+    names, columns = gateway.new_array(gateway.jvm.String, 1), gateway.new_array(gateway.jvm.String, 2)
+    names[0], columns[0], columns[1] = name, "id", "n"
+    (described,) = spark.sparkContext._jvm.churn.lake.FileCommit.describe(spark._jsparkSession, str(folder), names,
+                                                                           columns, 32)
+    assert json.loads(described) == {"numRecords": 1000, "minValues": {"id": "a0000", "n": 1},
+                                     "maxValues": {"id": "a0999", "n": 999}, "nullCount": {"id": 0, "n": 100}}

@@ -1,10 +1,25 @@
 package churn.lake;
 
+import java.time.LocalDate;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.parquet.column.statistics.Statistics;
+import org.apache.parquet.format.converter.ParquetMetadataConverter;
+import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.metadata.BlockMetaData;
+import org.apache.parquet.hadoop.metadata.ColumnChunkMetaData;
+import org.apache.parquet.hadoop.metadata.ParquetMetadata;
+import org.apache.parquet.io.api.Binary;
+import org.apache.parquet.schema.LogicalTypeAnnotation;
+import org.apache.parquet.schema.PrimitiveType;
 
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.SparkSession;
@@ -88,6 +103,105 @@ public final class FileCommit {
         Option<Seq<String>> partitionBy = Option.apply(seq(new ArrayList<String>()));
         return txn.commit(seq(actions),
                 new DeltaOperations.Write(SaveMode.Overwrite, partitionBy, Option.empty(), Option.empty()));
+    }
+
+    /**
+     * Delta's statistics of each Parquet file {@code folder/names[i]}, as JSON, from the file's footer (the writer's
+     * own record of its row groups: no data read): its rows, and for each of {@code columns} (top-level) its null
+     * count and, where Delta keeps them and the footer has them, its min and max. No min/max for timestamps (Delta
+     * keeps theirs truncated to milliseconds, by rules of its own), decimals, booleans, binary, or strings longer
+     * than {@code longestString} characters; a reader skips no file on a column without them.
+     */
+    public static String[] describe(SparkSession spark, String folder, String[] names, String[] columns,
+                                    int longestString) throws java.io.IOException {
+        Configuration conf = spark.sparkContext().hadoopConfiguration();
+        ObjectMapper json = new ObjectMapper();
+        String[] out = new String[names.length];
+        for (int i = 0; i < names.length; i++) {
+            ParquetMetadata footer = ParquetFileReader.readFooter(conf, new Path(folder, names[i]),
+                    ParquetMetadataConverter.NO_FILTER);
+            out[i] = json.writeValueAsString(stats(footer, columns, longestString));
+        }
+        return out;
+    }
+
+    static Map<String, Object> stats(ParquetMetadata footer, String[] columns, int longestString) {
+        long rows = 0;
+        Map<String, Statistics<?>> merged = new LinkedHashMap<>();
+        Map<String, PrimitiveType> types = new HashMap<>();
+        Map<String, Boolean> complete = new HashMap<>();   // every row group's chunk of the column has statistics
+        for (String c : columns) {
+            complete.put(c, true);
+        }
+        for (BlockMetaData block : footer.getBlocks()) {
+            rows += block.getRowCount();
+            for (ColumnChunkMetaData chunk : block.getColumns()) {
+                String name = chunk.getPath().toDotString();
+                if (!complete.containsKey(name)) {
+                    continue;
+                }
+                Statistics<?> st = chunk.getStatistics();
+                if (st == null || st.isEmpty() || !st.isNumNullsSet()) {
+                    complete.put(name, false);
+                    continue;
+                }
+                types.put(name, chunk.getPrimitiveType());
+                merged.computeIfAbsent(name, k -> Statistics.createStats(chunk.getPrimitiveType())).mergeStatistics(st);
+            }
+        }
+        Map<String, Object> low = new LinkedHashMap<>();
+        Map<String, Object> high = new LinkedHashMap<>();
+        Map<String, Object> nulls = new LinkedHashMap<>();
+        for (String c : columns) {
+            Statistics<?> st = merged.get(c);
+            if (!complete.get(c) || (st == null && rows > 0)) {
+                continue;   // a chunk without statistics: nothing is known of the column
+            }
+            nulls.put(c, st == null ? 0L : st.getNumNulls());
+            if (st == null || !st.hasNonNullValue()) {
+                continue;
+            }
+            Object lo = value(types.get(c), st.genericGetMin(), longestString);
+            Object hi = value(types.get(c), st.genericGetMax(), longestString);
+            if (lo != null && hi != null) {
+                low.put(c, lo);
+                high.put(c, hi);
+            }
+        }
+        Map<String, Object> stats = new LinkedHashMap<>();
+        stats.put("numRecords", rows);
+        if (rows > 0) {
+            stats.put("minValues", low);
+            stats.put("maxValues", high);
+            stats.put("nullCount", nulls);
+        }
+        return stats;
+    }
+
+    /** A footer's min or max as Delta's statistics hold it, or null where Delta's are not the footer's. */
+    private static Object value(PrimitiveType type, Object v, int longestString) {
+        LogicalTypeAnnotation logical = type.getLogicalTypeAnnotation();
+        switch (type.getPrimitiveTypeName()) {
+            case BINARY:
+                if (!(logical instanceof LogicalTypeAnnotation.StringLogicalTypeAnnotation)) {
+                    return null;
+                }
+                String text = ((Binary) v).toStringUsingUTF8();
+                return text.codePointCount(0, text.length()) <= longestString ? text : null;
+            case INT32:
+                if (logical instanceof LogicalTypeAnnotation.DateLogicalTypeAnnotation) {
+                    return LocalDate.ofEpochDay((Integer) v).toString();
+                }
+                return logical == null || logical instanceof LogicalTypeAnnotation.IntLogicalTypeAnnotation ? v : null;
+            case INT64:
+                return logical == null || logical instanceof LogicalTypeAnnotation.IntLogicalTypeAnnotation ? v : null;
+            case FLOAT:
+            case DOUBLE:
+                double d = ((Number) v).doubleValue();
+                return Double.isFinite(d) ? v : null;
+            default:   // INT96 timestamps, booleans, fixed-length binary
+                return null;
+        }
     }
 
     /** The table's properties (its metadata's configuration); null where no table is at {@code table}. */
