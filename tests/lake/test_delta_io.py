@@ -205,6 +205,10 @@ def test_a_file_commit_overwrites_as_deltas_own_writer_does(spark, tmp_path):
     assert table.version() == 1 and sorted(table.to_pyarrow_table().column("customer_id").to_pylist()) == ["c8", "c9"]
     table.load_as_version(0)
     assert table.to_pyarrow_table().num_rows == 3
+    # Delta's own writer takes over from a file commit (a profile switched): its overwrite removes the commit's files.
+    assert delta_io.overwrite(first, path) == 2
+    assert [a["remove"]["path"].split("/")[0][:2] for a in delta_io.commit_actions(spark, path, 2) if "remove" in a] == ["w-", "w-"]
+    assert_df_equality(delta_io.read(spark, path)[0], first, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_a_failed_file_commit_leaves_the_table_and_its_folder_as_they_were(spark, tmp_path):
