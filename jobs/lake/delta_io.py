@@ -222,8 +222,9 @@ def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = 
 WRITE_FILES_KEY = "spark.churn.delta.writeFilesAsParquet"
 STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
 STATS_DEFAULT_PREFIX = "spark.databricks.delta.properties.defaults."
-INDEXED_COLUMNS = 32        # Delta's default: statistics for the first 32 columns (delta.dataSkippingNumIndexedCols)
-STATS_STRING_LENGTH = 32    # strings longer than this get no min/max (Delta's own prefix length for them)
+INDEXED_COLUMNS_PROPERTY = "delta.dataSkippingNumIndexedCols"   # without the above: the first N columns (-1: all)
+INDEXED_COLUMNS = 32        # its default
+STATS_STRING_LENGTH = 32    # longer strings get no min/max (Delta's writer keeps a prefix of this length of them)
 WRITE_FOLDER_PREFIX = "w-"  # one folder of Parquet files per file commit, under the table's folder
 
 
@@ -288,16 +289,21 @@ def nullable(schema: StructType) -> StructType:
 
 
 def stats_columns(spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None) -> list[str]:
-    """The columns Delta keeps statistics of in the table at ``path``: its ``delta.dataSkippingStatsColumns`` (for a
-    table not created yet: ``properties``, else the session's default for new tables), else its first 32 columns."""
-    configuration = spark.sparkContext._jvm.churn.lake.FileCommit.configuration(spark._jsparkSession, path)
+    """The columns Delta keeps statistics of in the table at ``path``: its ``delta.dataSkippingStatsColumns``, else its
+    first ``delta.dataSkippingNumIndexedCols`` (32) columns; a table not created yet has ``properties`` over the
+    session's defaults for new tables."""
+    table = spark.sparkContext._jvm.churn.lake.FileCommit.configuration(spark._jsparkSession, path)
+    configuration = None if table is None else dict(table)
     if configuration is None:
-        default = spark.conf.get(STATS_DEFAULT_PREFIX + STATS_COLUMNS_PROPERTY, None)
-        named = (properties or {}).get(STATS_COLUMNS_PROPERTY, default)
-    else:
-        named = configuration.get(STATS_COLUMNS_PROPERTY)
-    columns = [c.strip() for c in named.split(",")] if named else schema.fieldNames()[:INDEXED_COLUMNS]
-    return [c for c in columns if c in schema.fieldNames()]
+        keys = (STATS_COLUMNS_PROPERTY, INDEXED_COLUMNS_PROPERTY)
+        configuration = {k: v for k in keys if (v := spark.conf.get(STATS_DEFAULT_PREFIX + k, None)) is not None}
+        configuration.update(properties or {})
+    names = schema.fieldNames()
+    named = configuration.get(STATS_COLUMNS_PROPERTY)
+    if named:
+        return [c for c in (c.strip() for c in named.split(",")) if c in names]
+    indexed = int(configuration.get(INDEXED_COLUMNS_PROPERTY, INDEXED_COLUMNS))
+    return names if indexed < 0 else names[:indexed]
 
 
 def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:

@@ -245,3 +245,20 @@ def test_a_file_commit_takes_each_files_statistics_from_all_of_its_row_groups(sp
                                                                            columns, 32)
     assert json.loads(described) == {"numRecords": 1000, "minValues": {"id": "a0000", "n": 1},
                                      "maxValues": {"id": "a0999", "n": 999}, "nullCount": {"id": 0, "n": 100}}
+
+
+def test_a_file_commit_describes_the_columns_its_table_keeps_statistics_of(spark, tmp_path):
+    """Without delta.dataSkippingStatsColumns, the first delta.dataSkippingNumIndexedCols columns: set when the table
+    is created, read from the table's properties afterwards."""
+    path = str(tmp_path / "t")
+    df = spark.createDataFrame([(1, "x", 2.5)], "a long, b string, c double").coalesce(1)
+    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
+    try:
+        delta_io.overwrite_counted(df, path, properties={"delta.dataSkippingNumIndexedCols": "2"})
+        delta_io.overwrite_counted(df, path)
+    finally:
+        spark.conf.unset(delta_io.WRITE_FILES_KEY)
+    for version in (0, 1):
+        (add,) = [a["add"] for a in delta_io.commit_actions(spark, path, version) if "add" in a]
+        assert json.loads(add["stats"]) == {"numRecords": 1, "minValues": {"a": 1, "b": "x"},
+                                            "maxValues": {"a": 1, "b": "x"}, "nullCount": {"a": 0, "b": 0}}
