@@ -220,10 +220,6 @@ def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = 
 # commit of its files (``overwrite_as_files``). RAPIDS 25.04 has no Delta writer for Spark 3.5: a Delta write moves its
 # rows off the GPU and encodes them on the CPU.
 WRITE_FILES_KEY = "spark.churn.delta.writeFilesAsParquet"
-STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
-STATS_DEFAULT_PREFIX = "spark.databricks.delta.properties.defaults."
-INDEXED_COLUMNS_PROPERTY = "delta.dataSkippingNumIndexedCols"   # without the above: the first N columns (-1: all)
-INDEXED_COLUMNS = 32        # its default
 STATS_STRING_LENGTH = 32    # longer strings get no min/max (Delta's writer keeps a prefix of this length of them)
 WRITE_FOLDER_PREFIX = "w-"  # one folder of Parquet files per file commit, under the table's folder
 
@@ -234,37 +230,30 @@ def overwrite_as_files(df: DataFrame, path: str, properties: dict[str, str] | No
     Accelerator runs on the GPU), then one Delta commit that removes the table's files and adds these
     (``jvm/churn/lake/FileCommit.java``: a ``WRITE`` in mode ``Overwrite``, as Delta's own writer commits one).
 
-    Each file's statistics are read from its footer (``FileCommit.describe``: the row groups' counts and column
-    statistics, no data read): its rows, and the null counts and min/max of the table's statistics columns
-    (``stats_columns``) as Delta's writer keeps them, but for timestamps (Delta keeps theirs truncated to
-    milliseconds, by rules of its own) and strings of more than 32 characters, which get no min/max (a reader then
-    skips no file on them). If any step fails nothing is committed and the folder is removed; a reader sees the old
-    version until the commit."""
+    Each file's rows and statistics are read from its footer (no data read): the null counts and min/max of the
+    columns Delta keeps statistics of in the table (``delta.dataSkippingStatsColumns``, else the first
+    ``delta.dataSkippingNumIndexedCols``), but for timestamps (Delta keeps theirs truncated to milliseconds, by rules
+    of its own) and strings of more than 32 characters, which get no min/max (a reader then skips no file on them).
+    If any step fails nothing is committed and the folder is removed; a reader sees the old version until the
+    commit."""
     spark = df.sparkSession
-    root = path.rstrip("/")
     before = committed_version(spark, path)
     folder = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
     plans.observe(df, path)
     try:
-        df.write.mode("errorifexists").parquet(f"{root}/{folder}")
-        files = written_files(spark, f"{root}/{folder}")
-        schema = nullable(df.schema)
-        gateway, jvm = spark.sparkContext._gateway, spark.sparkContext._jvm
-        stats = list(jvm.churn.lake.FileCommit.describe(
-            spark._jsparkSession, f"{root}/{folder}", _array(gateway, gateway.jvm.String, list(files)),
-            _array(gateway, gateway.jvm.String, stats_columns(spark, path, schema, properties)),
-            STATS_STRING_LENGTH))
-        rows = sum(json.loads(s)["numRecords"] for s in stats)
-        version = jvm.churn.lake.FileCommit.overwrite(
-            spark._jsparkSession, path, _array(gateway, gateway.jvm.String, [f"{folder}/{name}" for name in files]),
+        df.write.mode("errorifexists").parquet(f"{path.rstrip('/')}/{folder}")
+        files = written_files(spark, f"{path.rstrip('/')}/{folder}")
+        gateway = spark.sparkContext._gateway
+        version, rows = gateway.jvm.churn.lake.FileCommit.overwrite(
+            spark._jsparkSession, path, folder, _array(gateway, gateway.jvm.String, list(files)),
             _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
             _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
-            _array(gateway, gateway.jvm.String, stats), schema.json(), dict(properties or {}), rows)
+            nullable(df.schema).json(), dict(properties or {}), STATS_STRING_LENGTH)
     except BaseException:
         if committed_version(spark, path) == before:   # not committed: the files are nobody's
-            remove_path(spark, f"{root}/{folder}")
+            remove_path(spark, f"{path.rstrip('/')}/{folder}")
         raise
-    return Commit(int(version), rows)
+    return Commit(int(version), int(rows))
 
 
 def _array(gateway, kind, values: list):
@@ -286,24 +275,6 @@ def written_files(spark: SparkSession, folder: str) -> dict[str, tuple[int, int]
 def nullable(schema: StructType) -> StructType:
     """``schema`` with every field nullable, as Delta keeps a table's schema."""
     return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
-
-
-def stats_columns(spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None) -> list[str]:
-    """The columns Delta keeps statistics of in the table at ``path``: its ``delta.dataSkippingStatsColumns``, else its
-    first ``delta.dataSkippingNumIndexedCols`` (32) columns; a table not created yet has ``properties`` over the
-    session's defaults for new tables."""
-    table = spark.sparkContext._jvm.churn.lake.FileCommit.configuration(spark._jsparkSession, path)
-    configuration = None if table is None else dict(table)
-    if configuration is None:
-        keys = (STATS_COLUMNS_PROPERTY, INDEXED_COLUMNS_PROPERTY)
-        configuration = {k: v for k in keys if (v := spark.conf.get(STATS_DEFAULT_PREFIX + k, None)) is not None}
-        configuration.update(properties or {})
-    names = schema.fieldNames()
-    named = configuration.get(STATS_COLUMNS_PROPERTY)
-    if named:
-        return [c for c in (c.strip() for c in named.split(",")) if c in names]
-    indexed = int(configuration.get(INDEXED_COLUMNS_PROPERTY, INDEXED_COLUMNS))
-    return names if indexed < 0 else names[:indexed]
 
 
 def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> int:

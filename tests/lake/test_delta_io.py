@@ -231,20 +231,21 @@ def test_a_failed_file_commit_leaves_the_table_and_its_folder_as_they_were(spark
 def test_a_file_commit_takes_each_files_statistics_from_all_of_its_row_groups(spark, tmp_path):
     """The footer holds one set of statistics per row group: a file's are their union (rows summed, nulls summed,
     the least min and the greatest max)."""
-    folder = tmp_path / "f"
+    path = str(tmp_path / "t")
     ids = [f"a{i:04d}" for i in range(1000)]
     rows = [(ids[(i * 7) % 1000], None if i % 10 == 0 else i) for i in range(1000)]   # every id once, out of order
-    (spark.createDataFrame(rows, "id string, n long").coalesce(1).write
-     .option("parquet.block.size", 2048).option("parquet.page.size", 512).parquet(str(folder)))
-    (name,) = [p.name for p in folder.glob("*.parquet")]
-    assert pq.ParquetFile(folder / name).metadata.num_row_groups > 3
-    gateway = spark.sparkContext._gateway
-    names, columns = gateway.new_array(gateway.jvm.String, 1), gateway.new_array(gateway.jvm.String, 2)
-    names[0], columns[0], columns[1] = name, "id", "n"
-    (described,) = spark.sparkContext._jvm.churn.lake.FileCommit.describe(spark._jsparkSession, str(folder), names,
-                                                                           columns, 32)
-    assert json.loads(described) == {"numRecords": 1000, "minValues": {"id": "a0000", "n": 1},
-                                     "maxValues": {"id": "a0999", "n": 999}, "nullCount": {"id": 0, "n": 100}}
+    small_groups = {"parquet.block.size": "2048", "parquet.page.size": "512", delta_io.WRITE_FILES_KEY: "true"}
+    for key, value in small_groups.items():
+        spark.conf.set(key, value)
+    try:
+        delta_io.overwrite_counted(spark.createDataFrame(rows, "id string, n long").coalesce(1), path)
+    finally:
+        for key in small_groups:
+            spark.conf.unset(key)
+    (add,) = [a["add"] for a in delta_io.commit_actions(spark, path, 0) if "add" in a]
+    assert pq.ParquetFile(tmp_path / "t" / add["path"]).metadata.num_row_groups > 3
+    assert json.loads(add["stats"]) == {"numRecords": 1000, "minValues": {"id": "a0000", "n": 1},
+                                        "maxValues": {"id": "a0999", "n": 999}, "nullCount": {"id": 0, "n": 100}}
 
 
 def test_a_file_commit_describes_the_columns_its_table_keeps_statistics_of(spark, tmp_path):

@@ -2,6 +2,7 @@ package churn.lake;
 
 import java.time.LocalDate;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -23,6 +24,7 @@ import org.apache.parquet.schema.PrimitiveType;
 
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.delta.DeltaConfigs$;
 import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.DeltaOperations;
 import org.apache.spark.sql.delta.OptimisticTransaction;
@@ -45,9 +47,10 @@ import scala.collection.Seq;
  *
  * <p>Why: the RAPIDS Accelerator 25.04 (the newest served here) has no Delta writer for Spark 3.5, so a Delta write
  * runs on the CPU, its rows moved off the GPU first; a plain Parquet write runs on the GPU. The caller
- * ({@code jobs/lake/delta_io.py}, {@code overwrite_as_files}) writes the files, counts and describes them, then calls
- * {@link #overwrite}. Delta's optimistic transaction does the rest: a new table gets its metadata and protocol, a
- * changed schema replaces the old one (as {@code overwriteSchema} does), and a concurrent commit fails this one.
+ * ({@code jobs/lake/delta_io.py}, {@code overwrite_as_files}) writes the files, then calls {@link #overwrite}, which
+ * counts and describes them from their footers. Delta's optimistic transaction does the rest: a new table gets its
+ * metadata and protocol, a changed schema replaces the old one (as {@code overwriteSchema} does), and a concurrent
+ * commit fails this one.
  * Only unpartitioned tables.
  */
 public final class FileCommit {
@@ -55,18 +58,20 @@ public final class FileCommit {
     }
 
     /**
-     * Commits {@code paths} (relative to {@code table}, URI-encoded as Delta's log holds them) as the whole table.
+     * Commits the Parquet files {@code names} of {@code table}'s sub-folder {@code folder} as the whole table, in one
+     * transaction: the table's metadata first (a new table: {@code properties} over the session's defaults for new
+     * tables; an existing one keeps its own), so that each file's statistics ({@link #stats}, from its footer) are
+     * of the columns that metadata names, as Delta's writer would choose them ({@link #statsColumns}).
      *
-     * @param sizes      each file's length in bytes
-     * @param times      each file's modification time (ms since the epoch)
-     * @param stats      each file's statistics as Delta's JSON (numRecords, minValues, maxValues, nullCount)
-     * @param schemaJson the files' schema, every field nullable (as Delta keeps a table's schema)
-     * @param properties table properties for a table this commit creates (an existing table keeps its own)
-     * @param rows       the rows of all files, for the commit's metrics
-     * @return the version committed
+     * @param sizes       each file's length in bytes
+     * @param times       each file's modification time (ms since the epoch)
+     * @param schemaJson  the files' schema, every field nullable (as Delta keeps a table's schema)
+     * @param longestStr  strings longer than this get no min/max
+     * @return {version committed, rows of all files (their footers' row counts)}
      */
-    public static long overwrite(SparkSession spark, String table, String[] paths, long[] sizes, long[] times,
-                                 String[] stats, String schemaJson, Map<String, String> properties, long rows) {
+    public static long[] overwrite(SparkSession spark, String table, String folder, String[] names, long[] sizes,
+                                   long[] times, String schemaJson, Map<String, String> properties, int longestStr)
+            throws java.io.IOException {
         OptimisticTransaction txn = DeltaLog.forTable(spark, table).startTransaction();
         if (txn.readVersion() < 0) {
             txn.updateMetadataForNewTable(new Metadata(UUID.randomUUID().toString(), null, null,
@@ -88,41 +93,50 @@ public final class FileCommit {
         for (AddFile old : JavaConverters.seqAsJavaList(txn.filterFiles())) {
             actions.add(old.remove());
         }
-        long bytes = 0;
+        Configuration conf = spark.sparkContext().hadoopConfiguration();
+        ObjectMapper json = new ObjectMapper();
+        String[] columns = statsColumns(txn.metadata());
         scala.collection.immutable.Map<String, String> noPartition = scalaMap(new HashMap<>());
-        for (int i = 0; i < paths.length; i++) {
-            actions.add(new AddFile(paths[i], noPartition, sizes[i], times[i], true, stats[i], null, null,
-                    Option.empty(), Option.empty(), Option.empty()));
+        long rows = 0;
+        long bytes = 0;
+        for (int i = 0; i < names.length; i++) {
+            ParquetMetadata footer = ParquetFileReader.readFooter(conf, new Path(new Path(table, folder), names[i]),
+                    ParquetMetadataConverter.NO_FILTER);
+            Map<String, Object> stats = stats(footer, columns, longestStr);
+            rows += (Long) stats.get("numRecords");
             bytes += sizes[i];
+            actions.add(new AddFile(folder + "/" + names[i], noPartition, sizes[i], times[i], true,
+                    json.writeValueAsString(stats), null, null, Option.empty(), Option.empty(), Option.empty()));
         }
         Map<String, SQLMetric> metrics = new HashMap<>();
-        metrics.put("numFiles", metric(spark, "number of files written", paths.length));
+        metrics.put("numFiles", metric(spark, "number of files written", names.length));
         metrics.put("numOutputRows", metric(spark, "number of output rows", rows));
         metrics.put("numOutputBytes", metric(spark, "written output", bytes));
         txn.registerSQLMetrics(spark, scalaMap(metrics));
         Option<Seq<String>> partitionBy = Option.apply(seq(new ArrayList<String>()));
-        return txn.commit(seq(actions),
+        long version = txn.commit(seq(actions),
                 new DeltaOperations.Write(SaveMode.Overwrite, partitionBy, Option.empty(), Option.empty()));
+        return new long[] {version, rows};
     }
 
     /**
-     * Delta's statistics of each Parquet file {@code folder/names[i]}, as JSON, from the file's footer (the writer's
-     * own record of its row groups: no data read): its rows, and for each of {@code columns} (top-level) its null
-     * count and, where Delta keeps them and the footer has them, its min and max. No min/max for timestamps (Delta
-     * keeps theirs truncated to milliseconds, by rules of its own), decimals, booleans, binary, or strings longer
-     * than {@code longestString} characters; a reader skips no file on a column without them.
+     * The top-level columns Delta keeps statistics of under {@code metadata}: its {@code dataSkippingStatsColumns},
+     * else its first {@code dataSkippingNumIndexedCols} (32 by default; -1: all), read by Delta's own accessors.
      */
-    public static String[] describe(SparkSession spark, String folder, String[] names, String[] columns,
-                                    int longestString) throws java.io.IOException {
-        Configuration conf = spark.sparkContext().hadoopConfiguration();
-        ObjectMapper json = new ObjectMapper();
-        String[] out = new String[names.length];
-        for (int i = 0; i < names.length; i++) {
-            ParquetMetadata footer = ParquetFileReader.readFooter(conf, new Path(folder, names[i]),
-                    ParquetMetadataConverter.NO_FILTER);
-            out[i] = json.writeValueAsString(stats(footer, columns, longestString));
+    static String[] statsColumns(Metadata metadata) {
+        List<String> names = new ArrayList<>(Arrays.asList(metadata.schema().fieldNames()));
+        Option<String> named = DeltaConfigs$.MODULE$.DATA_SKIPPING_STATS_COLUMNS().fromMetaData(metadata);
+        if (named.isDefined()) {
+            List<String> wanted = new ArrayList<>();
+            for (String c : named.get().split(",")) {
+                if (names.contains(c.trim())) {
+                    wanted.add(c.trim());
+                }
+            }
+            return wanted.toArray(new String[0]);
         }
-        return out;
+        int indexed = (Integer) DeltaConfigs$.MODULE$.DATA_SKIPPING_NUM_INDEXED_COLS().fromMetaData(metadata);
+        return (indexed < 0 ? names : names.subList(0, Math.min(indexed, names.size()))).toArray(new String[0]);
     }
 
     static Map<String, Object> stats(ParquetMetadata footer, String[] columns, int longestString) {
@@ -202,12 +216,6 @@ public final class FileCommit {
             default:   // INT96 timestamps, booleans, fixed-length binary
                 return null;
         }
-    }
-
-    /** The table's properties (its metadata's configuration); null where no table is at {@code table}. */
-    public static Map<String, String> configuration(SparkSession spark, String table) {
-        OptimisticTransaction txn = DeltaLog.forTable(spark, table).startTransaction();
-        return txn.readVersion() < 0 ? null : new HashMap<>(JavaConverters.mapAsJavaMap(txn.metadata().configuration()));
     }
 
     private static SQLMetric metric(SparkSession spark, String name, long value) {
