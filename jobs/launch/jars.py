@@ -1,7 +1,10 @@
-"""Where the JVM jars live (build/jars, filled by ``gradle jars``; build/jvm, by ``gradle jvmJar``) and
-which a profile needs."""
+"""Where the JVM jars live (build/jars, filled by ``gradle jars``; build/jvm, by ``gradle jvmJar``; build/natives, by
+``python -m jobs.launch.jars``) and which a profile needs."""
 from __future__ import annotations
 
+import os
+import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +28,39 @@ RAPIDS_JAR = f"rapids-4-spark_2.12-{_V['rapidsVersion']}.jar"
 JVM_JAR = JARS_DIR.parent / "jvm" / "churn-jvm.jar"
 
 
+# cuDF's native libraries ride in the RAPIDS jar deflated (libcudf.so: 715 MB, 455 MB compressed), and cuDF writes each
+# one to a temporary file before it loads it, so every JVM that runs on a GPU inflates them as it starts. The same
+# entries stored uncompressed in a jar of their own, ahead of the plugin's jar on the class path (cuDF finds them as
+# class path resources, first match wins), make that a plain copy. Built where a GPU is (scripts/setup,
+# scripts/gpu-validate install); spark.churn.rapids.nativesJar=false leaves it off the class path.
+NATIVES_DIR = JARS_DIR.parent / "natives"
+NATIVES_JAR_KEY = "spark.churn.rapids.nativesJar"
+
+
+def natives_jar() -> Path:
+    return NATIVES_DIR / f"rapids-natives-{_V['rapidsVersion']}.jar"
+
+
+def build_natives_jar(rapids_jar: Path | None = None, out: Path | None = None) -> Path:
+    """Every native library (``*.so``) of the RAPIDS jar, at the same path, stored uncompressed in ``out``; written
+    to a temporary name and renamed, so a jar at ``out`` is always whole."""
+    rapids_jar = rapids_jar or JARS_DIR / RAPIDS_JAR
+    out = out or natives_jar()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".part")
+    with zipfile.ZipFile(rapids_jar) as src, zipfile.ZipFile(part, "w", zipfile.ZIP_STORED) as dst:
+        libs = [i for i in src.infolist() if i.filename.endswith(".so")]
+        if not libs:
+            raise MissingJarsError(f"{rapids_jar} holds no native libraries (*.so): is it the RAPIDS plugin's jar?")
+        for info in libs:
+            entry = zipfile.ZipInfo(info.filename, info.date_time)
+            with src.open(info) as r, dst.open(entry, "w", force_zip64=True) as w:
+                while chunk := r.read(1 << 22):
+                    w.write(chunk)
+    os.replace(part, out)
+    return out
+
+
 class MissingJarsError(FileNotFoundError):
     pass
 
@@ -38,3 +74,7 @@ def jars_for(rapids: bool, jars_dir: Path = JARS_DIR) -> list[Path]:
             f"missing jars: {', '.join(missing)}. Run scripts/setup (it runs 'gradle jars jvmJar')."
         )
     return paths
+
+
+if __name__ == "__main__":   # python -m jobs.launch.jars: build the natives jar (scripts/setup on a GPU machine)
+    print(build_natives_jar(Path(sys.argv[1]) if len(sys.argv) > 1 else None))

@@ -121,8 +121,23 @@ def rapids_shuffle_classpath(props: dict[str, str], rapids_jar: Path) -> dict[st
     if shim.group(1) != want:
         raise SubmitError(f"spark.shuffle.manager {manager} is the RAPIDS shuffle manager for another Spark than "
                           f"this one ({spark}): set it to com.nvidia.spark.rapids.spark{want}.RapidsShuffleManager")
-    return {key: os.pathsep.join(p for p in (str(rapids_jar), props.get(key, "").strip()) if p)
+    return class_paths_with(props, rapids_jar)
+
+
+def class_paths_with(props: dict[str, str], jar: Path) -> dict[str, str]:
+    """The driver's and executors' class paths with ``jar`` first (any class path given keeps its place after it)."""
+    return {key: os.pathsep.join(p for p in (str(jar), props.get(key, "").strip()) if p)
             for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath")}
+
+
+def natives_classpath(props: dict[str, str], natives: Path) -> dict[str, str]:
+    """The driver's and executors' class paths with the uncompressed native libraries (jars.natives_jar) first, where
+    the properties run on a GPU, the jar is built and NATIVES_JAR_KEY is not false (else nothing): cuDF then copies
+    them out of it instead of inflating them from the plugin's jar as each JVM starts."""
+    if (not profiles.needs_gpu(props) or not natives.is_file()
+            or props.get(jars.NATIVES_JAR_KEY, "true").strip().lower() == "false"):
+        return {}
+    return class_paths_with(props, natives)
 
 
 def spark_submit_command(profile: str, master: str, job: str, job_args: list[str],
@@ -155,6 +170,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
         props.update(on_class_path)
         if on_class_path:   # not in --jars too: each executor would fetch its 600 MB from the driver as it starts
             jar_paths = [p for p in jar_paths if p.name != jars.RAPIDS_JAR]
+        props.update(natives_classpath(props, jars.natives_jar()))
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
     spark_submit = spark_home() / "bin" / "spark-submit"

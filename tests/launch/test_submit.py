@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -70,11 +71,12 @@ def submitted_properties(tmp_path, profile: str, master: str, *conf: str) -> dic
             "--jars": cmd[cmd.index("--jars") + 1]}
 
 
-def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_a_cluster_only(tmp_path):
+def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_a_cluster_only(tmp_path, monkeypatch):
     """Spark creates its shuffle manager before the jars of --jars are loaded, so the gpu profile's RAPIDS shuffle
     manager needs the plugin's jar on the driver's and executors' own class paths; a class path given keeps its
     place after it; under a local master the profile keeps Spark's own shuffle; a shim of another Spark stops
     with one message naming this Spark's class."""
+    monkeypatch.setattr(jars, "NATIVES_DIR", tmp_path / "no-natives")   # as on a machine without a GPU
     jar = str(jars.JARS_DIR / jars.RAPIDS_JAR)
     on_cluster = submitted_properties(tmp_path, "gpu", "spark://127.0.0.1:7077")
     assert on_cluster["spark.shuffle.manager"] == "com.nvidia.spark.rapids.spark355.RapidsShuffleManager"
@@ -97,6 +99,28 @@ def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_
     assert str(e.value) == ("spark.shuffle.manager com.nvidia.spark.rapids.spark350.RapidsShuffleManager is the RAPIDS "
                             "shuffle manager for another Spark than this one (3.5.5): set it to "
                             "com.nvidia.spark.rapids.spark355.RapidsShuffleManager")
+
+
+def test_the_natives_jar_goes_first_on_both_class_paths_where_a_gpu_runs_and_is_built(tmp_path, monkeypatch):
+    """Under gpu (cluster or local) the natives jar, once built, comes before the plugin's jar on the driver's and
+    executors' class paths, so cuDF copies its libraries out of it; spark.churn.rapids.nativesJar=false, a profile
+    that runs no GPU (gpu-explain, cpu) or a jar not built leave the class paths as they were."""
+    plugin = str(jars.JARS_DIR / jars.RAPIDS_JAR)
+    monkeypatch.setattr(jars, "NATIVES_DIR", tmp_path / "natives")
+    cluster = "spark://127.0.0.1:7077"
+    assert submitted_properties(tmp_path, "gpu", cluster)["spark.executor.extraClassPath"] == plugin   # not built
+    natives = jars.natives_jar()
+    natives.parent.mkdir()
+    with zipfile.ZipFile(natives, "w") as z:   # what submit looks at is the file; its entries: tests/launch/test_jars.py
+        z.writestr("amd64/Linux/libcudf.so", b"\x7fELF")
+    gpu = submitted_properties(tmp_path, "gpu", cluster, "spark.executor.extraClassPath=/opt/x.jar")
+    assert gpu["spark.driver.extraClassPath"] == f"{natives}:{plugin}"
+    assert gpu["spark.executor.extraClassPath"] == f"{natives}:{plugin}:/opt/x.jar"
+    off = submitted_properties(tmp_path, "gpu", cluster, "spark.churn.rapids.nativesJar=false")
+    assert off["spark.driver.extraClassPath"] == off["spark.executor.extraClassPath"] == plugin
+    explain = submitted_properties(tmp_path, "gpu-explain", cluster)
+    assert str(natives) not in explain.get("spark.executor.extraClassPath", "") + explain["--jars"]
+    assert "spark.executor.extraClassPath" not in submitted_properties(tmp_path, "cpu", cluster)
 
 
 def test_local_mode_gives_the_driver_half_the_machines_memory_but_never_less_than_the_profile():
