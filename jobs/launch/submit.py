@@ -130,12 +130,18 @@ def class_paths_with(props: dict[str, str], jar: Path) -> dict[str, str]:
             for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath")}
 
 
-def natives_classpath(props: dict[str, str], natives: Path) -> dict[str, str]:
+def natives_classpath(props: dict[str, str], natives: Path, rapids_jar: Path) -> dict[str, str]:
     """The driver's and executors' class paths with the uncompressed native libraries (jars.natives_jar) first, where
     the properties run on a GPU, the jar is built and NATIVES_JAR_KEY is not false (else nothing): cuDF then copies
-    them out of it instead of inflating them from the plugin's jar as each JVM starts."""
+    them out of it instead of inflating them from the plugin's jar as each JVM starts. A natives jar older than the
+    plugin's jar may hold another build's libraries, which the plugin's classes must not meet: it is left out, with a
+    warning naming the fix."""
     if (not profiles.needs_gpu(props) or not natives.is_file()
             or props.get(jars.NATIVES_JAR_KEY, "true").strip().lower() == "false"):
+        return {}
+    if rapids_jar.is_file() and natives.stat().st_mtime < rapids_jar.stat().st_mtime:
+        print(f"warning: {natives} is older than {rapids_jar.name}, so cuDF's libraries come from the plugin's jar "
+              f"(slower to start): run scripts/setup (or python -m jobs.launch.jars) to rebuild it", file=sys.stderr)
         return {}
     return class_paths_with(props, natives)
 
@@ -170,7 +176,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
         props.update(on_class_path)
         if on_class_path:   # not in --jars too: each executor would fetch its 600 MB from the driver as it starts
             jar_paths = [p for p in jar_paths if p.name != jars.RAPIDS_JAR]
-        props.update(natives_classpath(props, jars.natives_jar()))
+        props.update(natives_classpath(props, jars.natives_jar(), jars.JARS_DIR / jars.RAPIDS_JAR))
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
     spark_submit = spark_home() / "bin" / "spark-submit"

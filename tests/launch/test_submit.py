@@ -104,7 +104,8 @@ def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_
 def test_the_natives_jar_goes_first_on_both_class_paths_where_a_gpu_runs_and_is_built(tmp_path, monkeypatch):
     """Under gpu (cluster or local) the natives jar, once built, comes before the plugin's jar on the driver's and
     executors' class paths, so cuDF copies its libraries out of it; spark.churn.rapids.nativesJar=false, a profile
-    that runs no GPU (gpu-explain, cpu) or a jar not built leave the class paths as they were."""
+    that runs no GPU (gpu-explain, cpu), a jar not built or one older than the plugin's leave the class paths as they
+    were."""
     plugin = str(jars.JARS_DIR / jars.RAPIDS_JAR)
     monkeypatch.setattr(jars, "NATIVES_DIR", tmp_path / "natives")
     cluster = "spark://127.0.0.1:7077"
@@ -116,6 +117,10 @@ def test_the_natives_jar_goes_first_on_both_class_paths_where_a_gpu_runs_and_is_
     gpu = submitted_properties(tmp_path, "gpu", cluster, "spark.executor.extraClassPath=/opt/x.jar")
     assert gpu["spark.driver.extraClassPath"] == f"{natives}:{plugin}"
     assert gpu["spark.executor.extraClassPath"] == f"{natives}:{plugin}:/opt/x.jar"
+    # older than the plugin's jar (a new plugin jar, not set up again): another build's libraries, so left out
+    os.utime(natives, (0, 0))
+    assert submitted_properties(tmp_path, "gpu", cluster)["spark.executor.extraClassPath"] == plugin
+    os.utime(natives)
     off = submitted_properties(tmp_path, "gpu", cluster, "spark.churn.rapids.nativesJar=false")
     assert off["spark.driver.extraClassPath"] == off["spark.executor.extraClassPath"] == plugin
     explain = submitted_properties(tmp_path, "gpu-explain", cluster)
