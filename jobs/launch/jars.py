@@ -41,6 +41,12 @@ def natives_jar() -> Path:
     return NATIVES_DIR / f"rapids-natives-{_V['rapidsVersion']}.jar"
 
 
+def natives_current(natives: Path, rapids_jar: Path) -> bool:
+    """Whether ``natives`` exists and is no older than the plugin's jar it was built from: an older one may hold
+    another build's libraries, which the plugin's classes must not meet."""
+    return natives.is_file() and (not rapids_jar.is_file() or natives.stat().st_mtime >= rapids_jar.stat().st_mtime)
+
+
 def build_natives_jar(rapids_jar: Path | None = None, out: Path | None = None) -> Path:
     """Every native library (``*.so``) of the RAPIDS jar, at the same path, stored uncompressed in ``out``; written
     to a temporary name and renamed, so a jar at ``out`` is always whole."""
@@ -76,5 +82,9 @@ def jars_for(rapids: bool, jars_dir: Path = JARS_DIR) -> list[Path]:
     return paths
 
 
-if __name__ == "__main__":   # python -m jobs.launch.jars: build the natives jar (scripts/setup on a GPU machine)
-    print(build_natives_jar(Path(sys.argv[1]) if len(sys.argv) > 1 else None))
+if __name__ == "__main__":   # python -m jobs.launch.jars [RAPIDS_JAR]: the natives jar, built unless it is current
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else JARS_DIR / RAPIDS_JAR
+    if natives_current(natives_jar(), source):
+        print(f"{natives_jar()} up to date")
+    else:
+        print(f"unpacking cuDF's native libraries into {build_natives_jar(source)}")

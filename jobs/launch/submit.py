@@ -139,7 +139,7 @@ def natives_classpath(props: dict[str, str], natives: Path, rapids_jar: Path) ->
     if (not profiles.needs_gpu(props) or not natives.is_file()
             or props.get(jars.NATIVES_JAR_KEY, "true").strip().lower() == "false"):
         return {}
-    if rapids_jar.is_file() and natives.stat().st_mtime < rapids_jar.stat().st_mtime:
+    if not jars.natives_current(natives, rapids_jar):
         print(f"warning: {natives} is older than {rapids_jar.name}, so cuDF's libraries come from the plugin's jar "
               f"(slower to start): run scripts/setup (or python -m jobs.launch.jars) to rebuild it", file=sys.stderr)
         return {}

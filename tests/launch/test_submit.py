@@ -102,7 +102,7 @@ def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_
 
 
 def test_the_natives_jar_goes_first_on_both_class_paths_where_a_gpu_runs_and_is_built(tmp_path, monkeypatch):
-    """Under gpu (cluster or local) the natives jar, once built, comes before the plugin's jar on the driver's and
+    """Under gpu the natives jar, once built, comes before the plugin's jar on the driver's and
     executors' class paths, so cuDF copies its libraries out of it; spark.churn.rapids.nativesJar=false, a profile
     that runs no GPU (gpu-explain, cpu), a jar not built or one older than the plugin's leave the class paths as they
     were."""
