@@ -258,17 +258,17 @@ def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, t
     return states
 
 
-# Profile switch: "false" runs ingest's queries with the RAPIDS SQL plugin off (conf/gpu.conf). Its CSV scan stays
-# on the CPU (corrupt-record column, file names) and so does the Delta write of bronze (RAPIDS 25.04 has no
-# Delta 3.3 writer for Spark 3.5), so the GPU only adds a row -> column -> row trip between them: on an H200
-# ingest took 39.8 s with the plugin on and 29.7 s with it off (docs/gpu.md).
+# Profile switch: "false" runs ingest's queries with the RAPIDS SQL plugin off. Its CSV scan is the project's reader
+# (CPU) either way; with the plugin on (the gpu profile, conf/gpu.conf) the rows go to the GPU above the scan and
+# bronze is written as Parquet there by the file commits (delta_io.WRITE_FILES_KEY), which halves ingest's task time
+# on an H200 (docs/gpu.md). With it off, bronze is written by Delta's writer on the CPU.
 RAPIDS_SQL_KEY = "spark.churn.ingest.rapidsSql"
 
 
 def plugin_conf(spark: SparkSession) -> dict[str, str]:
     """The RAPIDS settings ingest's queries run with: the plugin's SQL off when the profile says so, and then bronze
     written by Delta's own writer (a file commit, ``delta_io.WRITE_FILES_KEY``, would write its Parquet on the CPU
-    too, where it measured no faster than Delta's writer: docs/etl.md)."""
+    too, where it measured no faster than Delta's writer: docs/etl.md). With the plugin on, the session's settings."""
     if not conf_flag(spark, RAPIDS_SQL_KEY, True):
         return {"spark.rapids.sql.enabled": "false", delta_io.WRITE_FILES_KEY: "false"}
     return {}

@@ -265,10 +265,10 @@ def test_ingest_wrong_header_is_a_user_error_and_writes_nothing(spark, tmp_path)
     assert not lake.exists()
 
 
-def test_ingest_runs_with_the_plugins_sql_off_where_the_gpu_profile_says_so(spark, tmp_path, session_conf):
-    """gpu turns the RAPIDS SQL plugin off for ingest (its scan and write stay on the CPU anyway); gpu-explain
-    keeps it on so that the CI gate still judges ingest's transforms; the setting ends with the stage."""
-    assert profiles.load_profile("gpu")[ingest.RAPIDS_SQL_KEY] == "false"
+def test_ingest_runs_with_the_plugins_sql_off_where_the_key_says_so(spark, tmp_path, session_conf):
+    """gpu keeps the RAPIDS SQL plugin on for ingest (bronze written on the GPU by the file commits), gpu-explain by
+    default, so the CI gate judges ingest's transforms; false turns it off for the stage only."""
+    assert profiles.load_profile("gpu")[ingest.RAPIDS_SQL_KEY] == "true"
     assert ingest.RAPIDS_SQL_KEY not in profiles.load_profile("gpu-explain")
     assert ingest.plugin_conf(spark) == {}
     session_conf(**{ingest.RAPIDS_SQL_KEY: "false"})
@@ -282,6 +282,26 @@ def test_ingest_runs_with_the_plugins_sql_off_where_the_gpu_profile_says_so(spar
     # Delta's writer puts its files at the table's top; a file commit's are in a folder of their own.
     adds = delta_io.commit_actions(spark, str(tmp_path / "lake" / "bronze" / "customers"), record.wrote["bronze_customers"])
     assert [a["add"]["path"].count("/") for a in adds if "add" in a] == [0]
+
+
+def test_ingest_with_the_plugin_on_writes_bronze_as_a_file_commit(spark, tmp_path, session_conf):
+    """The gpu profile's ingest (plugin on, file commits): bronze committed from Parquet files in a folder of their
+    own, every record in it, and the accounting exact from that commit. Three event files of 40, 57 and 74 records,
+    a short record every 5th (8 + 11 + 14 = 33 quarantined)."""
+    session_conf(**{ingest.RAPIDS_SQL_KEY: "true", delta_io.WRITE_FILES_KEY: "true"})
+    assert ingest.plugin_conf(spark) == {}
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", numbered_events(3, bad_every=5))
+    lake = tmp_path / "lake"
+    record = ingest.run(spark, inp, str(lake))
+    assert record.counts["totals"]["customers"]["bronze"] == 1
+    assert {k: record.counts["totals"]["events"][k] for k in ("records", "bronze", "quarantined")} == \
+        {"records": 171, "bronze": 138, "quarantined": 33}
+    for table in ("customers", "events"):
+        adds = delta_io.commit_actions(spark, str(lake / "bronze" / table), record.wrote[f"bronze_{table}"])
+        assert {a["add"]["path"].count("/") for a in adds if "add" in a} == {1}
+    bronze = spark.read.format("delta").load(str(lake / "bronze" / "events"))
+    assert bronze.count() == 171
+    assert bronze.where("malformed IS NOT NULL").count() == 33
 
 
 GOOD_EVENTS = EVENTS_HEADER + "\n" + "".join(f"E{i},C1,2026-01-01 00:00:00,charge,1.00,web,n{i}\n" for i in range(3))
