@@ -30,11 +30,11 @@ def run(spark: SparkSession, lake: str, model: str, run_id: str | None) -> Stage
     probabilities = gold.select(contract.ID, fitted.probability().alias("churn_probability")).cache()
     boundaries = evaluate.decile_boundaries(probabilities, "churn_probability")
     predictions = probabilities.transform(lambda df: with_decile_and_run(df, boundaries, run_id))
-    version = delta_io.replace_where(predictions, delta_io.table_path(lake, "predictions"), f"run_id = '{run_id}'",
-                                     partition_by=("run_id",))
-    rows = probabilities.count()
+    path = delta_io.table_path(lake, "predictions")
+    commit = delta_io.replace_where_counted(predictions, path, f"run_id = '{run_id}'", partition_by=("run_id",))
     probabilities.unpersist()
-    return StageRecord(stage=STAGE.name, read={"gold_features": gold_version}, wrote={"predictions": version},
+    rows = checked_rows(gold, commit, path, run_id)
+    return StageRecord(stage=STAGE.name, read={"gold_features": gold_version}, wrote={"predictions": commit.version},
                        counts={"predictions": rows},
                        extra={"run_id": run_id, "model_path": model, "decile_boundaries": boundaries})
 
@@ -54,6 +54,21 @@ def extract(spark: SparkSession, lake: str, feature_cols: tuple[str, ...]) -> tu
         raise UserError(f"gold table {path} lacks the model's features {', '.join(missing)}: "
                         f"score with a model trained on this gold, or rebuild gold with the features stage")
     return gold, version
+
+
+def checked_rows(gold: DataFrame, commit: delta_io.Commit, path: str, run_id: str) -> int:
+    """The predictions the write committed, which must be one per gold row. Both sides come from Delta's log, not
+    from a pass over the rows: the commit's row count, and gold's rows from its files' statistics (Delta answers a
+    count of a table from them). A second pass over the cached scores cost half of the stage at 41M customers under
+    gpu (docs/gpu.md). A commit without metrics: the run's slice counted as read back."""
+    expected = gold.count()
+    written = commit.rows
+    if written is None:
+        written = delta_io.read(gold.sparkSession, path, commit.version)[0].where(F.col("run_id") == run_id).count()
+    if written != expected:
+        raise RuntimeError(f"the predictions' commit {commit.version} holds {written:,} rows for {expected:,} gold "
+                           f"rows: a bug in score or in the table writer")
+    return written
 
 
 def with_decile_and_run(df: DataFrame, boundaries: list[float], run_id: str) -> DataFrame:

@@ -34,6 +34,21 @@ def test_rerunning_score_leaves_predictions_unchanged(spark, trained):
     assert after == before
 
 
+def test_predictions_are_counted_from_the_commit_and_held_to_gold(spark, trained):
+    assert trained["score"].counts == {"predictions": N_CUSTOMERS}
+    gold, _ = delta_io.read(spark, delta_io.table_path(trained["lake"], "gold_features"))
+    path = delta_io.table_path(trained["lake"], "predictions")
+    version = delta_io.version(spark, path)
+    # A commit without metrics: the run's slice is read back and counted.
+    assert score.checked_rows(gold, delta_io.Commit(version, None), path, "r1") == N_CUSTOMERS
+    # A commit that wrote a row more or less than gold holds stops the stage.
+    for wrong in (N_CUSTOMERS - 1, N_CUSTOMERS + 1):
+        with pytest.raises(RuntimeError, match=f"holds {wrong:,} rows for {N_CUSTOMERS:,} gold rows"):
+            score.checked_rows(gold, delta_io.Commit(version, wrong), path, "r1")
+    with pytest.raises(RuntimeError, match=f"holds 0 rows for {N_CUSTOMERS:,} gold rows"):
+        score.checked_rows(gold, delta_io.Commit(version, None), path, "no-such-run")
+
+
 def test_missing_model_is_a_user_error(spark, trained, tmp_path):
     with pytest.raises(UserError, match="no saved model"):
         score.run(spark, trained["lake"], str(tmp_path / "nowhere" / "model"), "r9")
