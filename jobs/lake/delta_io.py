@@ -142,13 +142,59 @@ class TableMissing(UserError):
     """A stage's input table does not exist (yet)."""
 
 
+# Every profile reads a version written by a plain overwrite as the Parquet files that commit adds, where those are
+# exactly the table's rows (``commit_snapshot``); false reads every version through Delta's reader.
+READ_COMMIT_FILES_KEY = "spark.churn.delta.readCommitFiles"
+METADATA_SEARCH_COMMITS = 100   # how far back from a version the log is searched for its schema and protocol
+
+
 def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple[DataFrame, int]:
-    """The table at ``path`` pinned to one version (the latest if none given), and that version."""
+    """The table at ``path`` pinned to one version (the latest if none given), and that version: the files of the
+    version's commit where it is a plain overwrite (``commit_snapshot``), else through Delta's reader."""
     v = version(spark, path) if at_version is None else at_version
+    if conf_flag(spark, READ_COMMIT_FILES_KEY, True):
+        files = commit_snapshot(spark, path, v)
+        if files is not None:
+            return files, v
     df = spark.read.format("delta").option("versionAsOf", v).load(path)
     if conf_flag(spark, FILES_AS_PARQUET_KEY, False):
         df = snapshot_files_as_parquet(spark, path, df)
     return df, v
+
+
+def table_metadata(spark: SparkSession, path: str, v: int) -> tuple[dict, dict] | None:
+    """The table's ``metaData`` and ``protocol`` actions as of version ``v`` (the newest of each at or before ``v``),
+    from its commit files on the driver, newest first; None where a commit file on the way is gone (log cleanup
+    keeps only those after a checkpoint) or either is not found within ``METADATA_SEARCH_COMMITS`` commits."""
+    metadata = protocol = None
+    for at in range(v, max(v - METADATA_SEARCH_COMMITS, -1), -1):
+        try:
+            actions = commit_actions(spark, path, at)
+        except Py4JJavaError:
+            return None
+        for action in actions:
+            metadata = metadata or action.get("metaData")
+            protocol = protocol or action.get("protocol")
+        if metadata and protocol:
+            return metadata, protocol
+    return None
+
+
+def commit_snapshot(spark: SparkSession, path: str, v: int) -> DataFrame | None:
+    """Version ``v`` of the table at ``path`` as a Parquet scan of the files its commit adds, with the table's schema,
+    where that is exactly what Delta's reader gives: ``v`` is a plain overwrite (``overwrite_files``: its adds are
+    the whole table), the table is unpartitioned and of reader version 1 (no deletion vectors, no column mapping:
+    each file's rows are the table's rows under the schema's own names). Delta's reader replays the log in Spark
+    jobs for every read (one to four small jobs, and a listing of the table's files at planning); this reads the
+    one or two small commit files it needs on the driver. None for any other table or commit (the caller reads
+    through Delta)."""
+    found = table_metadata(spark, path, v)
+    if found is None:
+        return None
+    metadata, protocol = found
+    if protocol.get("minReaderVersion", 1) != 1 or metadata.get("partitionColumns"):
+        return None
+    return overwrite_files(spark, path, v, StructType.fromJson(json.loads(metadata["schemaString"])))
 
 
 def read_table(spark: SparkSession, lake: str, name: str, at_version: int | None = None) -> tuple[DataFrame, int]:

@@ -113,6 +113,51 @@ def test_a_plain_overwrite_reads_back_as_its_own_files_and_any_other_commit_thro
     assert delta_io.overwrite_files(spark, empty, 0, struct) is None   # no file: Delta's reader gives the schema
 
 
+def test_every_profile_reads_a_plain_overwrite_as_its_commits_files_and_anything_else_through_delta(spark, tmp_path):
+    """The cpu profile too: a version a plain overwrite wrote is read as the files that commit adds, with the schema
+    from the log (no Delta snapshot, no Spark job to replay the log); any other commit, a partitioned table, a table
+    whose protocol needs more than reader version 1, or the key set false, through Delta's reader."""
+    schema = "id long, s string, d date"
+    path = str(tmp_path / "t")
+    rows0 = [(1, "a", dt.date(2024, 1, 1)), (2, None, None)]
+    rows1 = [(3, "c", dt.date(2024, 2, 29))]
+    delta_io.overwrite(spark.createDataFrame(rows0, schema), path)                                     # v0
+    delta_io.overwrite(spark.createDataFrame(rows1, schema), path)                                     # v1
+    delta_io.append_once(spark.createDataFrame([(4, "d", None)], schema), path, "t", 1)                # v2
+    # v1 repeats neither schema nor protocol: they are found in v0's commit.
+    assert not any("metaData" in a or "protocol" in a for a in delta_io.commit_actions(spark, path, 1))
+    metadata, protocol = delta_io.table_metadata(spark, path, 1)
+    assert protocol["minReaderVersion"] == 1 and json.loads(metadata["schemaString"])["fields"][2]["name"] == "d"
+
+    delta = {v: spark.read.format("delta").option("versionAsOf", v).load(path) for v in (0, 1, 2)}
+    for v, rows in ((0, rows0), (1, rows1)):
+        df, got = delta_io.read(spark, path, v)
+        assert got == v and _scan_file_indexes(df) == ["InMemoryFileIndex"]
+        assert df.schema == delta[v].schema
+        assert_df_equality(df, spark.createDataFrame(rows, schema), ignore_row_order=True, ignore_nullable=True)
+    appended, v = delta_io.read(spark, path)                         # an append: Delta's reader
+    assert v == 2 and ["Delta" in i or "Tahoe" in i for i in _scan_file_indexes(appended)] == [True]
+    assert sorted(r["id"] for r in appended.collect()) == [3, 4]
+
+    spark.conf.set(delta_io.READ_COMMIT_FILES_KEY, "false")
+    try:
+        through_delta, _ = delta_io.read(spark, path, 1)
+    finally:
+        spark.conf.unset(delta_io.READ_COMMIT_FILES_KEY)
+    assert ["Delta" in i or "Tahoe" in i for i in _scan_file_indexes(through_delta)] == [True]
+
+    # Deletion vectors need reader version 3: such a table is read through Delta whatever its commits.
+    dv = str(tmp_path / "dv")
+    delta_io.overwrite_counted(spark.createDataFrame(rows0, schema), dv,
+                               properties={"delta.enableDeletionVectors": "true"})
+    assert delta_io.table_metadata(spark, dv, 0)[1]["minReaderVersion"] == 3
+    assert delta_io.commit_snapshot(spark, dv, 0) is None
+    parts = str(tmp_path / "p")
+    delta_io.overwrite(spark.createDataFrame(rows0, schema), parts, partition_by=("s",))
+    assert delta_io.commit_snapshot(spark, parts, 0) is None
+    assert delta_io.commit_snapshot(spark, path, 7) is None          # no such commit
+
+
 def _scan_file_indexes(df) -> list[str]:
     """The class of each file scan's file index in ``df``'s physical plan."""
     leaves = df._jdf.queryExecution().executedPlan().collectLeaves().iterator()

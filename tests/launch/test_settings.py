@@ -23,3 +23,13 @@ def test_a_misspelt_spark_setting_is_a_warning_naming_the_likely_one_and_known_o
                    "did you mean spark.sql.shuffle.partitions?"]
     assert merged["spark.sql.shuffle.partitons"] == "4" and merged["spark.sql.shuffle.partitions"] == "8"
     assert merged["spark.churn.clean.materialise"] == "false"
+
+
+def test_every_project_setting_the_code_reads_is_known():
+    """A project key the code reads but the check does not know would be refused under --conf."""
+    import re
+    from pathlib import Path
+    root = Path(settings.__file__).resolve().parents[2]
+    read = {k for f in (root / "jobs").rglob("*.py") for k in re.findall(r'"(spark\.churn\.[A-Za-z0-9.]+)"', f.read_text())}
+    assert read == set(settings.PROJECT_KEYS)
+    assert "spark.churn.clean.categoryLookup" in read and "spark.churn.delta.readCommitFiles" in read
