@@ -26,7 +26,7 @@ from pathlib import Path
 from jobs.advise.layout import machine_memory_gib
 from jobs.core.errors import UserError
 from jobs.lake import lock
-from jobs.launch import jars, profiles, settings
+from jobs.launch import classes, jars, profiles, settings
 from jobs.run import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,8 +146,10 @@ def natives_classpath(props: dict[str, str], natives: Path, rapids_jar: Path) ->
     return class_paths_with(props, natives)
 
 
-def spark_submit_command(profile: str, master: str, job: str, job_args: list[str],
-                         extra_conf: list[str], workdir: Path) -> tuple[list[str], dict[str, str]]:
+def spark_submit_command(profile: str, master: str, job: str, job_args: list[str], extra_conf: list[str],
+                         workdir: Path) -> tuple[list[str], dict[str, str], classes.Archive | None]:
+    """spark-submit's command line and environment for ``job``, and the driver's class archive (``jobs.launch.classes``:
+    mapped where one exists; written by a pipeline run where none does), whose ``finish`` the caller calls after."""
     if job.endswith(".py"):
         if not Path(job).is_file():
             raise SubmitError(f"no application file {job}: give a job ({', '.join(runner.job_names())}) "
@@ -177,18 +179,20 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
         if on_class_path:   # not in --jars too: each executor would fetch its 600 MB from the driver as it starts
             jar_paths = [p for p in jar_paths if p.name != jars.RAPIDS_JAR]
         props.update(natives_classpath(props, jars.natives_jar(), jars.JARS_DIR / jars.RAPIDS_JAR))
+    env = dict(os.environ)
+    archive = classes.for_driver(props, env, spark_home(), jar_paths, write=job == "pipeline")
+    props = classes.with_options(props, archive)
     props_file = profiles.write_properties(props, workdir / "spark.properties")
     pyfiles = build_pyfiles(workdir / "jobs.zip")
     spark_submit = spark_home() / "bin" / "spark-submit"
     cmd = [str(spark_submit), "--master", master, "--properties-file", str(props_file),
            "--jars", ",".join(str(p) for p in jar_paths), "--py-files", str(pyfiles),
            str(APP), job, *job_args]
-    env = dict(os.environ)
     # Executors on this machine (local, or a standalone cluster on the same host) use this venv's Python;
     # on a cluster set PYSPARK_PYTHON to the executors' interpreter that has the pinned packages.
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return cmd, env
+    return cmd, env, archive
 
 
 def options(prog: str) -> argparse.ArgumentParser:
@@ -265,7 +269,7 @@ def submit(ns: argparse.Namespace, job: str, job_args: list[str], prog: str, che
     """spark-submit for ``job``; its arguments are checked first unless the caller has (``checked``)."""
     with tempfile.TemporaryDirectory(prefix="submit-") as tmp:
         try:
-            cmd, env = spark_submit_command(ns.profile, ns.master, job, job_args, ns.conf, Path(tmp))
+            cmd, env, archive = spark_submit_command(ns.profile, ns.master, job, job_args, ns.conf, Path(tmp))
             if not checked and job in runner.job_names():
                 runner.job(job).parse(job_args)  # the job's own arguments, checked before Spark starts
         except (SubmitError, UserError) as e:
@@ -274,7 +278,10 @@ def submit(ns: argparse.Namespace, job: str, job_args: list[str], prog: str, che
         if ns.dry_run:
             print(" ".join(cmd))
             return 0
-        return subprocess.call(cmd, env=env)
+        returncode = subprocess.call(cmd, env=env)
+        if archive is not None:
+            archive.finish(returncode)
+        return returncode
 
 
 if __name__ == "__main__":

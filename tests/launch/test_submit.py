@@ -66,7 +66,7 @@ def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
 def submitted_properties(tmp_path, profile: str, master: str, *conf: str) -> dict[str, str]:
     """The Spark properties scripts/submit would hand spark-submit (its --properties-file, and its --jars as
     ``--jars``), nothing run."""
-    cmd, _ = submit.spark_submit_command(profile, master, "tools/smoke.py", [], list(conf), tmp_path)
+    cmd, *_ = submit.spark_submit_command(profile, master, "tools/smoke.py", [], list(conf), tmp_path)
     return {**profiles.read_conf(Path(cmd[cmd.index("--properties-file") + 1])),
             "--jars": cmd[cmd.index("--jars") + 1]}
 
