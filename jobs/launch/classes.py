@@ -2,12 +2,12 @@
 driver maps at start (the JDK's application class-data sharing, a dynamic archive: ``-XX:ArchiveClassesAtExit`` /
 ``-XX:SharedArchiveFile``).
 
-A Spark driver loads ~20,000 classes (Spark, Scala, Hadoop, Delta, Jackson, Netty...), each read from its jar, parsed
-and verified before it runs, on the cores the first stages want: on the README's 2-core machine that start-up work is
-a tenth of a 100,000-customer run (docs/etl.md, "Benchmarks"). The first ``scripts/pipeline`` run without
-an archive writes one as its driver exits (a few seconds, ~200 MB under build/class-archive/); every later driver, of any
-job, maps it. One archive per Java and class path (the key below): a new jar, JDK or class path makes a new one, and
-older ones are removed. The JVM checks the archive against its own class path and Java build as it starts and, on
+A Spark driver loads ~21,000 classes (Spark, Scala, Hadoop, Delta, Jackson, Netty...), each read from its jar, parsed
+and verified before it runs, on the cores the first stages want: on the README's 2-core machine a start-up-bound job
+ran ~6 s faster from the archive (docs/etl.md, "Benchmarks"). The first ``scripts/pipeline`` run without an archive
+writes one as its driver exits (a few seconds, ~200 MB under build/class-archive/); every later driver, of any job,
+maps it. One archive per Java and class path (the key below): a new jar, JDK or class path makes a new one, and
+the newest KEPT are kept. The JVM checks the archive against its own class path and Java build as it starts and, on
 any mismatch, loads classes from the jars as usual, so a stale archive costs speed, never a wrong class.
 ``spark.churn.jvm.classArchive=false`` leaves it out. Only the driver: on ``local[*]`` it is the one executor; a
 cluster's executors start as usual.
