@@ -74,6 +74,11 @@ def overwrite_adds(spark: SparkSession, path: str, v: int) -> list[dict] | None:
         actions = commit_actions(spark, path, v)
     except Py4JJavaError:
         return None
+    return plain_overwrite_adds(actions)
+
+
+def plain_overwrite_adds(actions: list[dict]) -> list[dict] | None:
+    """``overwrite_adds`` of a commit's actions already read."""
     info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     params = info.get("operationParameters") or {}
     if info.get("operation") != "WRITE" or params.get("mode") != "Overwrite" or params.get("predicate") not in (None, "[]"):
@@ -88,7 +93,11 @@ def overwrite_files(spark: SparkSession, path: str, v: int, schema) -> DataFrame
     two read-backs of bronze). None where that would not be the same rows as Delta's reader gives: another kind of
     commit, a table with no rows, partition values, a deletion vector, or file statistics that do not name the
     schema's columns (column mapping names them otherwise); the caller then reads through Delta."""
-    adds = overwrite_adds(spark, path, v)
+    return adds_as_parquet(spark, path, overwrite_adds(spark, path, v), schema)
+
+
+def adds_as_parquet(spark: SparkSession, path: str, adds: list[dict] | None, schema) -> DataFrame | None:
+    """``overwrite_files`` of a plain overwrite's ``add`` actions already read."""
     if not adds:
         return None
     names = set(schema.fieldNames())
@@ -162,14 +171,16 @@ def read(spark: SparkSession, path: str, at_version: int | None = None) -> tuple
     return df, v
 
 
-def table_metadata(spark: SparkSession, path: str, v: int) -> tuple[dict, dict] | None:
+def table_metadata(spark: SparkSession, path: str, v: int,
+                   actions_at_v: list[dict] | None = None) -> tuple[dict, dict] | None:
     """The table's ``metaData`` and ``protocol`` actions as of version ``v`` (the newest of each at or before ``v``),
-    from its commit files on the driver, newest first; None where a commit file on the way is gone (log cleanup
-    keeps only those after a checkpoint) or either is not found within ``METADATA_SEARCH_COMMITS`` commits."""
+    from its commit files on the driver, newest first (commit ``v``'s from ``actions_at_v`` where the caller has read
+    them); None where a commit file on the way is gone (log cleanup keeps only those after a checkpoint) or either is
+    not found within ``METADATA_SEARCH_COMMITS`` commits."""
     metadata = protocol = None
     for at in range(v, max(v - METADATA_SEARCH_COMMITS, -1), -1):
         try:
-            actions = commit_actions(spark, path, at)
+            actions = actions_at_v if at == v and actions_at_v is not None else commit_actions(spark, path, at)
         except Py4JJavaError:
             return None
         for action in actions:
@@ -186,15 +197,22 @@ def commit_snapshot(spark: SparkSession, path: str, v: int) -> DataFrame | None:
     the whole table), the table is unpartitioned and of reader version 1 (no deletion vectors, no column mapping:
     each file's rows are the table's rows under the schema's own names). Delta's reader replays the log in Spark
     jobs for every read (one to four small jobs, and a listing of the table's files at planning); this reads the
-    one or two small commit files it needs on the driver. None for any other table or commit (the caller reads
-    through Delta)."""
-    found = table_metadata(spark, path, v)
+    one or two small commit files it needs on the driver, each once. None for any other table or commit (the caller
+    reads through Delta)."""
+    try:
+        actions = commit_actions(spark, path, v)
+    except Py4JJavaError:
+        return None
+    adds = plain_overwrite_adds(actions)
+    if not adds:
+        return None   # not a plain overwrite (or no rows): no need to look for the schema
+    found = table_metadata(spark, path, v, actions)
     if found is None:
         return None
     metadata, protocol = found
     if protocol.get("minReaderVersion", 1) != 1 or metadata.get("partitionColumns"):
         return None
-    return overwrite_files(spark, path, v, StructType.fromJson(json.loads(metadata["schemaString"])))
+    return adds_as_parquet(spark, path, adds, StructType.fromJson(json.loads(metadata["schemaString"])))
 
 
 def read_table(spark: SparkSession, lake: str, name: str, at_version: int | None = None) -> tuple[DataFrame, int]:
