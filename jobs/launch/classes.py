@@ -30,6 +30,14 @@ DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 # Spark's generated code) and on a mismatched archive stay out of the job's output.
 QUIET = "-Xlog:cds*=off"
 KEPT = 3   # archives kept, the newest first
+# Java options the archive is left out with: the user's own class sharing, which stands alone; and what this JDK's JVM
+# (Debian's 17.0.15) dies with, of SIGSEGV, as it maps a dynamic archive: a flight recording started with the JVM
+# (-XX:StartFlightRecording; one started later with jcmd is fine) and a Java agent that transforms classes (JaCoCo,
+# tracing agents); native agents (-agentpath, -agentlib) too, as they can set the same class-load hook.
+NOT_WITH = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "StartFlightRecording", "-javaagent",
+            "-agentpath", "-agentlib")
+# Where else a user's Java options can come from: the JVM reads both as it starts.
+JAVA_OPTIONS_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")
 
 
 def java_binary(env: dict[str, str]) -> Path | None:
@@ -109,9 +117,9 @@ def for_driver(props: dict[str, str], env: dict[str, str], spark_home: Path, jar
     if java is None:
         return None
     path = folder / f"driver-{archive_key(java, driver_class_path(spark_home, props, jars))}.jsa"
-    own = props.get(DRIVER_OPTIONS, "")
-    if any(flag in own for flag in ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")):
-        return None   # the user's own class-sharing options stand alone
+    own = " ".join([props.get(DRIVER_OPTIONS, ""), *(env.get(name, "") for name in JAVA_OPTIONS_ENV)])
+    if any(flag in own for flag in NOT_WITH):
+        return None
     if path.is_file():
         return Archive(path, None)
     if not write:

@@ -9,11 +9,12 @@ from pathlib import Path
 from jobs.launch import classes, profiles, submit
 
 
-def spark_java(archive: classes.Archive, *extra: str) -> subprocess.CompletedProcess:
+def spark_java(archive: classes.Archive | None, *extra: str) -> subprocess.CompletedProcess:
     """Spark's launcher class on Spark's own jars (``--version``: it loads Spark's and Scala's classes, prints the
-    version and exits), with the archive's options."""
+    version and exits), with the archive's options (none for None)."""
     class_path = os.pathsep.join(str(p) for p in classes.driver_class_path(submit.spark_home(), {}, []))
-    return subprocess.run([str(classes.java_binary(dict(os.environ))), *archive.options().split(), *extra,
+    options = archive.options().split() if archive is not None else []
+    return subprocess.run([str(classes.java_binary(dict(os.environ))), *options, *extra,
                            "-cp", class_path, "org.apache.spark.deploy.SparkSubmit", "--version"],
                           capture_output=True, text=True, timeout=120)
 
@@ -110,3 +111,20 @@ def test_the_archive_is_keyed_by_every_jar_and_is_left_out_where_the_setting_say
     props = classes.with_options({classes.DRIVER_OPTIONS: "-XX:+UseParallelGC"}, archive)
     assert props[classes.DRIVER_OPTIONS] == f"-XX:+UseParallelGC -XX:SharedArchiveFile={tmp_path}/driver-x.jsa " \
                                             f"{classes.QUIET}"
+
+
+def test_a_driver_started_with_a_flight_recording_or_a_java_agent_is_not_given_the_archive(tmp_path):
+    # This JDK's JVM dies (SIGSEGV) mapping a dynamic archive under a flight recording started with it, or a Java
+    # agent that transforms classes: such a driver starts without the archive, wherever its options come from.
+    home = submit.spark_home()
+    writer = classes.for_driver({}, dict(os.environ), home, [], write=True, folder=tmp_path)
+    writer.finish(spark_java(writer).returncode)
+    assert classes.for_driver({}, dict(os.environ), home, [], write=True, folder=tmp_path).path == writer.path
+    recording = f"-XX:StartFlightRecording=filename={tmp_path}/driver.jfr"
+    for props, env in (({classes.DRIVER_OPTIONS: f"-Xss4m {recording}"}, {}),
+                       ({}, {"JAVA_TOOL_OPTIONS": recording}),
+                       ({}, {"JDK_JAVA_OPTIONS": "-javaagent:/opt/agents/tracer.jar"}),
+                       ({classes.DRIVER_OPTIONS: "-agentpath:/opt/profiler/libprofiler.so"}, {})):
+        assert classes.for_driver(props, {**os.environ, **env}, home, [], write=True, folder=tmp_path) is None, props
+    started = spark_java(None, recording)
+    assert started.returncode == 0 and (tmp_path / "driver.jfr").is_file(), started.stderr[-2000:]
