@@ -143,7 +143,7 @@ def _rapids_trainer(spark: SparkSession, feature_cols: tuple[str, ...], params: 
 # The modules a spark-rapids-ml LogisticRegression fit loads in its Python worker, in the order it loads them:
 # the last four when its CumlContext starts (ucxx first, as spark-rapids-ml does, so that UCX's libraries come from
 # ucxx). On an H200 the fit's cuML context took 2.5-2.6 s in a worker's first fit, 1.0 s in its later ones; part of
-# that difference is these imports (UCX's and NCCL's libraries), which the probe now pays beside the features stage.
+# that difference is these imports (UCX's and NCCL's libraries), which the probe pays before the train stage.
 GPU_FIT_MODULES = ("cupy", "cupyx", "spark_rapids_ml.classification", "spark_rapids_ml.common.cuml_context",
                    "cuml.linear_model.logistic_regression_mg", "ucxx", "pylibraft.common", "raft_dask.common",
                    "raft_dask.common.nccl")
@@ -151,10 +151,13 @@ _gpu_checks: dict[str, Future] = {}  # application id -> its one probe (running 
 _gpu_checks_lock = threading.Lock()
 
 
-def start_checks(spark: SparkSession) -> None:
+def start_checks(spark: SparkSession, again: bool = False) -> None:
     """Starts the profile's back-end check in the background, so that it overlaps other work: for
     spark-rapids-ml the GPU probe, whose Python worker the fit then reuses if the fit starts within Spark's
-    idle-worker timeout (one minute without Python tasks). The check's verdict comes at the fit.
+    idle-worker timeout (one minute without Python tasks). The check's verdict comes at the fit. ``again``: one more
+    probe once the last has passed (the pipeline probes as clean starts, so that the imports are paid on a GPU-bound
+    stage, and again as features starts, to keep that worker warm for the fit or, after a clean of more than a
+    minute, to warm one again).
 
     No warm-up fit: one of 4,096 rows through the profile's estimator after the probe cut the
     grid's fit from 11.2-13.7 to 9.8-10.1 s, but a spark-rapids-ml fit runs as a barrier task holding all of the
@@ -162,12 +165,12 @@ def start_checks(spark: SparkSession) -> None:
     stage's split count waited for it, and by the event log's times the stage would have ended 1-3 s sooner
     without it (measured on an H200)."""
     if implementation(spark) == SPARK_RAPIDS_ML:
-        check_gpu_available(spark, wait=False)
+        check_gpu_available(spark, wait=False, again=again)
 
 
-def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
+def check_gpu_available(spark: SparkSession, wait: bool = True, again: bool = False) -> None:
     """Stop with one clear message unless a Spark task can import what a spark-rapids-ml fit imports and use a
-    CUDA device. One probe per application, in a background thread; ``wait=False`` only starts it.
+    CUDA device. A probe per application (and per ``again``), in a background thread; ``wait=False`` only starts it.
 
     Probed in a task, not on the driver: spark-rapids-ml fits on the executors, and a cluster's driver need not
     have a GPU. The probe is a ``mapInPandas`` over one row per executor (``_probe_tasks``), the same kind of Python
@@ -175,12 +178,13 @@ def check_gpu_available(spark: SparkSession, wait: bool = True) -> None:
     worker it leaves behind, with those modules imported and a CUDA context on the task's GPU, is the one the fit
     reuses (``spark.python.worker.reuse``): on an H200 the grid's fit fell from 23.6 s to 11.5 s, its wait for data
     from ~14.7 s to ~3 s. Skipped when CPU fallback is on (then nothing needs
-    the GPU)."""
+    the GPU). ``again``: a new probe if the last one has passed (never while one runs, nor after one failed)."""
     if cpu_fallback_enabled(spark):
         return
     app = spark.sparkContext.applicationId
     with _gpu_checks_lock:
-        if app not in _gpu_checks:
+        last = _gpu_checks.get(app)
+        if last is None or (again and last.done() and last.exception() is None):
             pool = ThreadPoolExecutor(1, thread_name_prefix="gpu-probe")
             _gpu_checks[app] = pool.submit(_probe_with_driver_import, spark)
             pool.shutdown(wait=False)  # the probe runs on; its thread ends with it

@@ -149,10 +149,11 @@ class Pipeline:
         for name in self.names:
             if name == "generate" and args["input"] is not None:
                 continue
-            if name == "features":
+            if name in ("clean", "features"):
                 # The train stage's back-end check (spark-rapids-ml: a GPU probe that leaves a warm Python worker
-                # for the fit) runs beside the features stage instead of before the fit.
-                estimators.start_checks(spark)
+                # for the fit) runs beside clean (its imports, ~6 s of a core, beside GPU-bound work) and again
+                # beside features (the worker kept warm for the fit), instead of before the fit.
+                estimators.start_checks(spark, again=name == "features")
             if name == "report":
                 runner.plans.save(os.path.join(args["out"], "report", "gpu-fallbacks.json"))
             derived = {**self.layout(args), **outputs}

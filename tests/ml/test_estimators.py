@@ -169,6 +169,20 @@ def test_cli_reports_the_missing_gpu_as_one_line_and_exit_2(gpu_ml, tiny_lake, t
     assert err.startswith("error: spark.churn.ml.implementation=spark_rapids_ml needs a GPU") and "\n" not in err
 
 
+def test_a_failed_gpu_probe_is_not_repeated_and_its_verdict_stands(gpu_ml):
+    # The pipeline probes as clean starts and again as features starts: after a failed probe the second call starts
+    # none (no second wait for the same answer), and the fit gets the first one's message.
+    app = gpu_ml.sparkContext.applicationId
+    estimators.start_checks(gpu_ml)
+    first = estimators._gpu_checks[app]
+    with pytest.raises(UserError, match="needs a GPU with cupy and cuML"):
+        estimators.check_gpu_available(gpu_ml)
+    estimators.start_checks(gpu_ml, again=True)
+    assert estimators._gpu_checks[app] is first
+    with pytest.raises(UserError, match="needs a GPU with cupy and cuML"):
+        estimators.check_gpu_available(gpu_ml)
+
+
 PROBE_TASKS = r"""
 import sys, time
 from pyspark.sql import SparkSession

@@ -44,3 +44,12 @@ def test_ab_refuses_a_wrong_round_count_or_a_missing_baseline_before_it_runs_any
     assert_refused(tmp_path, "ab", (("two", "'two' is not a number of rounds"), ("0", "'0' is not a number of rounds"),
                                     ("1", "no baseline code: bundle with scripts/gpu-bundle --baseline COMMIT")))
     assert not (tmp_path / "state" / "results" / "ab").exists(), "a refused ab left results behind"
+
+
+def test_gpus_refuses_counts_that_are_not_numbers_of_this_hosts_gpus_before_it_runs_anything(tmp_path):
+    # This machine has no GPU: every count is more than it has, and none reaches the cluster.
+    assert_refused(tmp_path, "gpus", (("", "gpus needs GPU counts"),
+                                      ("1,two", "'1' is not a number of GPUs from 1 to this host's 0"),
+                                      ("0", "'0' is not a number of GPUs")))
+    assert not (tmp_path / "state" / "results" / "gpus").exists(), "a refused gpus left results behind"
+    assert not list((tmp_path / "state").glob("worker-*.pid")), "a refused gpus started a worker"
