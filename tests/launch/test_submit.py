@@ -164,8 +164,11 @@ def wait_for_port(port: int, seconds: float = 60) -> None:
 
 
 @pytest.fixture
-def standalone_cluster(tmp_path):
-    """A real Spark standalone master + one worker on 127.0.0.1, from the installed pyspark."""
+def standalone_cluster(tmp_path, request):
+    """A real Spark standalone master + workers on 127.0.0.1, from the installed pyspark: one of two cores, or
+    (parametrized indirectly with 2) two of one core each, where an application gets one executor per worker: the
+    layout of one executor per GPU on a host of two GPUs."""
+    count = getattr(request, "param", 1)
     port, ui = free_port(), free_port()
     # spark-class finds Spark's jars through PYSPARK_PYTHON's pyspark (the README's commands set it too).
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
@@ -175,16 +178,17 @@ def standalone_cluster(tmp_path):
     master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(ui)], env=env,
                               stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT)
-    worker = None
+    workers = []
     try:
         wait_for_port(port)
-        worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
-                                   "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
-                                   "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env,
-                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        for i in range(count):
+            workers.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
+                                             "--host", "127.0.0.1", "--cores", str(2 // count), "--memory", "2g",
+                                             "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env,
+                                            stdout=open(tmp_path / f"worker-{i}.log", "w"), stderr=subprocess.STDOUT))
         yield f"spark://127.0.0.1:{port}"
     finally:
-        for p in (worker, master):
+        for p in (*workers, master):
             if p is not None:
                 p.terminate()
                 try:
@@ -207,6 +211,7 @@ def test_submit_runs_a_job_on_a_standalone_cluster(standalone_cluster, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("standalone_cluster", [2], indirect=True)
 def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run_and_ingest_reads_them_all(standalone_cluster, spark, tmp_path):
     # generate's rows come from its JVM data source: executors in other JVMs need its jar, which submit passes.
     args = dict(customers=300, seed=5, defect_rate=0.1, rows_per_file=1000)
@@ -224,7 +229,8 @@ def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run_and_in
             written = (tmp_path / "cluster" / dataset / name).read_bytes()
             assert written == (tmp_path / "local" / dataset / name).read_bytes(), name
 
-    # ingest's CSV reader is a JVM data source too (the same jar): its pre-pass and splits run in the executors
+    # ingest's CSV reader is a JVM data source too (the same jar): its pre-pass and splits run in the executors,
+    # one per worker
     out = subprocess.run([str(ROOT / "scripts" / "submit"), "--profile", "cpu", "--master", standalone_cluster,
                           "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g", "ingest",
                           "--input", str(tmp_path / "cluster"), "--lake", str(tmp_path / "lake")],
@@ -237,6 +243,8 @@ def test_generate_on_a_standalone_cluster_writes_the_bytes_of_a_local_run_and_in
         bronze = spark.read.format("delta").load(str(tmp_path / "lake" / "bronze" / dataset))
         assert bronze.count() == sum(generated.values())
         assert bronze.select("source_file", "record_number").distinct().count() == sum(generated.values())
+    ingest_app = max((tmp_path / "work").glob("app-*"))   # the workers' folder: one per application, one per executor
+    assert len([d for d in ingest_app.iterdir() if d.is_dir()]) == 2
 
 
 def smoke_on(cluster: str, tmp_path, *options: str) -> list[str]:
