@@ -189,12 +189,11 @@ def standalone_cluster(tmp_path, request):
         yield f"spark://127.0.0.1:{port}"
     finally:
         for p in (*workers, master):
-            if p is not None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 @pytest.mark.slow
