@@ -11,6 +11,7 @@ Idempotence, by kind of write:
 from __future__ import annotations
 
 import json
+import re
 import os
 import uuid
 from typing import NamedTuple
@@ -352,11 +353,57 @@ def replace_where_counted(df: DataFrame, path: str, predicate: str, partition_by
     spark = df.sparkSession
     if not exists(spark, path):
         return overwrite_counted(df, path, partition_by)
+    if not partition_by and conf_flag(spark, WRITE_FILES_KEY, False):
+        commit = replace_slice_as_files(df, path, predicate)
+        if commit is not None:
+            return commit
     before = committed_version(spark, path)
     plans.observe(df, path)
     df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
     commit = last_commit(spark, path)
     return Commit(commit.version, 0) if commit.version == before else commit
+
+
+SLICE_PREDICATE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*'([^'\\]*)'\s*$")
+
+
+def replace_slice_as_files(df: DataFrame, path: str, predicate: str) -> Commit | None:
+    """``replace_where_counted`` as a Parquet write and one Delta commit (``overwrite_as_files``' two steps), for a
+    predicate ``column = 'value'`` on an unpartitioned table whose files each hold one value of ``column`` by their
+    statistics (``jvm/churn/lake/FileCommit.java``, ``replaceSlice``): the slice's files removed, the new ones added,
+    no scan of the old files. The quarantine is such a table: every stage writes its own files. None, with nothing
+    written, where the table is not such a table (the caller writes through Delta); rows of ``df`` outside the
+    slice fail the commit, as Delta's own replaceWhere refuses them."""
+    match = SLICE_PREDICATE.match(predicate)
+    if match is None:
+        return None
+    spark = df.sparkSession
+    column, value = match.groups()
+    commits = spark.sparkContext._gateway.jvm.churn.lake.FileCommit
+    schema = nullable(df.schema).json()
+    if column not in df.columns or not commits.replaceableSlice(spark._jsparkSession, path, schema, column, value):
+        return None
+    before = committed_version(spark, path)
+    folder = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
+    plans.observe(df, path)
+    try:
+        df.write.mode("errorifexists").parquet(f"{path.rstrip('/')}/{folder}")
+        files = written_files(spark, f"{path.rstrip('/')}/{folder}")
+        gateway = spark.sparkContext._gateway
+        result = commits.replaceSlice(
+            spark._jsparkSession, path, folder, _array(gateway, gateway.jvm.String, list(files)),
+            _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
+            _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
+            schema, column, value, predicate, STATS_STRING_LENGTH)
+        if result is None:   # the table changed between the check and the commit
+            raise RuntimeError(f"{path} changed while its slice {predicate} was written: run the stage again")
+    except BaseException:
+        if committed_version(spark, path) == before:   # not committed: the files are nobody's
+            remove_path(spark, f"{path.rstrip('/')}/{folder}")
+        raise
+    if int(result[0]) == before:   # nothing removed and nothing added: Delta made no commit
+        remove_path(spark, f"{path.rstrip('/')}/{folder}")
+    return Commit(int(result[0]), int(result[1]))
 
 
 def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:

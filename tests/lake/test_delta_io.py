@@ -308,3 +308,62 @@ def test_a_file_commit_describes_the_columns_its_table_keeps_statistics_of(spark
         (add,) = [a["add"] for a in delta_io.commit_actions(spark, path, version) if "add" in a]
         assert json.loads(add["stats"]) == {"numRecords": 1, "minValues": {"a": 1, "b": "x"},
                                             "maxValues": {"a": 1, "b": "x"}, "nullCount": {"a": 0, "b": 0}}
+
+
+def test_a_file_commit_replaces_a_slice_as_deltas_replace_where_does(spark, tmp_path):
+    """The gpu profile's replace of one slice (``column = 'value'``) of an unpartitioned table: the slice's files
+    (by their statistics, each holds one stage) removed, the new files added, in one WRITE / Overwrite commit with
+    the predicate; the other slice untouched, the same slice again idempotent, a row outside the slice refused
+    with nothing committed or left behind."""
+    path = str(tmp_path / "q")
+    schema = "stage string, reason string, n long"
+    delta_io.overwrite(spark.createDataFrame([("ingest", "wrong_field_count", 1), ("ingest", "unclosed_quote", 2)],
+                                             schema).coalesce(1), path)
+    delta_io.replace_where(spark.createDataFrame([("clean", "bad_date", 3)], schema).coalesce(1), path,
+                           "stage = 'clean'")
+    old_clean = [a["add"]["path"] for a in delta_io.commit_actions(spark, path, 1) if "add" in a]
+    new_clean = spark.createDataFrame([("clean", "bad_number", 4), ("clean", "bad_date", 5), ("clean", "x", 6)],
+                                      schema).repartition(2)
+    outside = spark.createDataFrame([("clean", "bad_date", 7), ("ingest", "bad_date", 8)], schema)
+    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
+    try:
+        assert delta_io.replace_where_counted(new_clean, path, "stage = 'clean'") == (2, 3)
+        with pytest.raises(Exception, match="does not match replaceWhere"):
+            delta_io.replace_where_counted(outside, path, "stage = 'clean'")
+        assert delta_io.version(spark, path) == 2
+        assert len([p for p in (tmp_path / "q").iterdir() if p.name.startswith("w-")]) == 1
+        assert delta_io.replace_where_counted(new_clean, path, "stage = 'clean'") == (3, 3)
+    finally:
+        spark.conf.unset(delta_io.WRITE_FILES_KEY)
+
+    expected = spark.createDataFrame([("ingest", "wrong_field_count", 1), ("ingest", "unclosed_quote", 2),
+                                      ("clean", "bad_number", 4), ("clean", "bad_date", 5), ("clean", "x", 6)], schema)
+    assert_df_equality(delta_io.read(spark, path)[0], expected, ignore_row_order=True, ignore_nullable=True)
+    actions = delta_io.commit_actions(spark, path, 2)
+    assert sorted(a["remove"]["path"] for a in actions if "remove" in a) == sorted(old_clean)
+    assert {a["add"]["path"].split("/")[0][:2] for a in actions if "add" in a} == {"w-"}
+    history = {r["version"]: r for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
+    assert history[2]["operation"] == "WRITE" and history[2]["operationParameters"] == {
+        "mode": "Overwrite", "partitionBy": "[]", "predicate": "stage = 'clean'"}
+    assert history[1]["operationParameters"] == history[2]["operationParameters"]   # Delta's own replaceWhere
+    assert history[2]["operationMetrics"]["numOutputRows"] == "3"
+    import deltalake
+    assert sorted(deltalake.DeltaTable(path).to_pyarrow_table().column("n").to_pylist()) == [1, 2, 4, 5, 6]
+
+
+def test_a_slice_some_file_shares_with_another_is_replaced_through_delta(spark, tmp_path):
+    """Where a file's statistics do not say it holds one stage (here a file of both), only Delta's own replaceWhere
+    can split it: the profile's file commit steps aside and the result is the same."""
+    path = str(tmp_path / "q")
+    schema = "stage string, n long"
+    delta_io.overwrite(spark.createDataFrame([("ingest", 1), ("clean", 2)], schema).coalesce(1), path)
+    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
+    try:
+        # Delta rewrites the shared file's other row beside the new one: two rows written.
+        assert delta_io.replace_where_counted(spark.createDataFrame([("clean", 9)], schema), path,
+                                              "stage = 'clean'") == (1, 2)
+    finally:
+        spark.conf.unset(delta_io.WRITE_FILES_KEY)
+    assert not [p for p in (tmp_path / "q").iterdir() if p.name.startswith("w-")]
+    assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
+                       ignore_row_order=True, ignore_nullable=True)

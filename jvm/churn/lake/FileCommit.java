@@ -8,6 +8,10 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.hadoop.conf.Configuration;
@@ -34,6 +38,7 @@ import org.apache.spark.sql.delta.actions.Format;
 import org.apache.spark.sql.delta.actions.Metadata;
 import org.apache.spark.sql.execution.metric.SQLMetric;
 import org.apache.spark.sql.execution.metric.SQLMetrics;
+import org.apache.spark.sql.types.DataType;
 
 import scala.Option;
 import scala.collection.JavaConverters;
@@ -54,6 +59,8 @@ import scala.collection.Seq;
  * Only unpartitioned tables.
  */
 public final class FileCommit {
+    private static final int FOOTER_THREADS = 16;
+
     private FileCommit() {
     }
 
@@ -93,16 +100,14 @@ public final class FileCommit {
         for (AddFile old : JavaConverters.seqAsJavaList(txn.filterFiles())) {
             actions.add(old.remove());
         }
-        Configuration conf = spark.sparkContext().hadoopConfiguration();
         ObjectMapper json = new ObjectMapper();
         String[] columns = statsColumns(txn.metadata());
         scala.collection.immutable.Map<String, String> noPartition = scalaMap(new HashMap<>());
         long rows = 0;
         long bytes = 0;
+        List<ParquetMetadata> footers = footers(spark, new Path(table, folder), names);
         for (int i = 0; i < names.length; i++) {
-            ParquetMetadata footer = ParquetFileReader.readFooter(conf, new Path(new Path(table, folder), names[i]),
-                    ParquetMetadataConverter.NO_FILTER);
-            Map<String, Object> stats = stats(footer, columns, longestStr);
+            Map<String, Object> stats = stats(footers.get(i), columns, longestStr);
             rows += (Long) stats.get("numRecords");
             bytes += sizes[i];
             actions.add(new AddFile(folder + "/" + names[i], noPartition, sizes[i], times[i], true,
@@ -117,6 +122,162 @@ public final class FileCommit {
         long version = txn.commit(seq(actions),
                 new DeltaOperations.Write(SaveMode.Overwrite, partitionBy, Option.empty(), Option.empty()));
         return new long[] {version, rows};
+    }
+
+    /**
+     * Parquet files already written under {@code table}'s sub-folder {@code folder}, committed as the table's rows whose
+     * {@code column} equals {@code value}, in one transaction: every file of that slice removed, the files added. The
+     * same commit as Delta's own {@code replaceWhere} of {@code column = 'value'} makes ({@code WRITE}, mode
+     * {@code Overwrite}, the predicate), without its scan of the slice's files for rows to keep: a file is the slice's
+     * when its statistics say every row of it is (the column's min and max both {@code value}, no nulls), and kept
+     * when they say none is (min and max one other value). Any other file (statistics of a range of values, or
+     * none) could hold rows of both, which only Delta's own write can split: then nothing is committed and the
+     * result is null, as it is for a table that does not exist, is partitioned, has another schema or keeps no
+     * statistics of {@code column}; the caller writes through Delta instead. A written file with a row outside
+     * the slice fails the commit (as Delta's replaceWhere refuses such rows).
+     *
+     * <p>{@link #replaceableSlice} asks the same of the table before the files are written, so that the caller
+     * writes them only where this commit can take them.
+     *
+     * @return {version committed, rows of the files added}, or null (nothing committed)
+     */
+    public static long[] replaceSlice(SparkSession spark, String table, String folder, String[] names, long[] sizes,
+                                      long[] times, String schemaJson, String column, String value,
+                                      String predicate, int longestStr) throws java.io.IOException {
+        OptimisticTransaction txn = DeltaLog.forTable(spark, table).startTransaction();
+        List<AddFile> slice = sliceFiles(txn, schemaJson, column, value);
+        if (slice == null) {
+            return null;
+        }
+        List<Action> actions = new ArrayList<>();
+        for (AddFile old : slice) {
+            actions.add(old.remove());
+        }
+        ObjectMapper json = new ObjectMapper();
+        String[] columns = statsColumns(txn.metadata());
+        long rows = 0;
+        long bytes = 0;
+        List<ParquetMetadata> footers = footers(spark, new Path(table, folder), names);
+        for (int i = 0; i < names.length; i++) {
+            Map<String, Object> stats = stats(footers.get(i), columns, longestStr);
+            long n = (Long) stats.get("numRecords");
+            if (n > 0 && !value.equals(single(stats, column))) {
+                throw new IllegalArgumentException("Data written out does not match replaceWhere '" + predicate
+                        + "': " + names[i] + " holds rows whose " + column + " is not '" + value + "'");
+            }
+            rows += n;
+            bytes += sizes[i];
+            actions.add(new AddFile(folder + "/" + names[i], scalaMap(new HashMap<>()), sizes[i], times[i], true,
+                    json.writeValueAsString(stats), null, null, Option.empty(), Option.empty(), Option.empty()));
+        }
+        if (slice.isEmpty() && rows == 0) {
+            return new long[] {txn.readVersion(), 0};   // as Delta: nothing to remove, nothing to add, no commit
+        }
+        Map<String, SQLMetric> metrics = new HashMap<>();
+        metrics.put("numFiles", metric(spark, "number of files written", names.length));
+        metrics.put("numOutputRows", metric(spark, "number of output rows", rows));
+        metrics.put("numOutputBytes", metric(spark, "written output", bytes));
+        metrics.put("numRemovedFiles", metric(spark, "number of files removed", slice.size()));
+        txn.registerSQLMetrics(spark, scalaMap(metrics));
+        long version = txn.commit(seq(actions), new DeltaOperations.Write(SaveMode.Overwrite,
+                Option.apply(seq(new ArrayList<String>())), Option.apply(predicate), Option.empty()));
+        return new long[] {version, rows};
+    }
+
+    /** Whether {@link #replaceSlice} would take the slice {@code column = value} of {@code table} as it is now. */
+    public static boolean replaceableSlice(SparkSession spark, String table, String schemaJson, String column,
+                                           String value) {
+        return sliceFiles(DeltaLog.forTable(spark, table).startTransaction(), schemaJson, column, value) != null;
+    }
+
+    /** The files of the slice {@code column = value} of the transaction's table, or null where they are unknown. */
+    private static List<AddFile> sliceFiles(OptimisticTransaction txn, String schemaJson, String column,
+                                            String value) {
+        if (txn.readVersion() < 0) {
+            return null;
+        }
+        Metadata current = txn.metadata();
+        if (!current.partitionColumns().isEmpty()
+                || !DataType.fromJson(current.schemaString()).equals(DataType.fromJson(schemaJson))
+                || !Arrays.asList(statsColumns(current)).contains(column)) {
+            return null;
+        }
+        ObjectMapper json = new ObjectMapper();
+        List<AddFile> slice = new ArrayList<>();
+        // The transaction reads every file (a concurrent commit that adds or removes one fails this one); the
+        // snapshot's file list is where their statistics are (the files a scan is given carry none).
+        Map<String, String> statsOf = new HashMap<>();
+        for (AddFile file : txn.snapshot().allFiles().collectAsList()) {
+            statsOf.put(file.path(), file.stats());
+        }
+        for (AddFile file : JavaConverters.seqAsJavaList(txn.filterFiles())) {
+            String text = statsOf.get(file.path());
+            Map<String, Object> stats;
+            try {
+                stats = text == null ? null : json.readValue(text, Map.class);
+            } catch (java.io.IOException e) {
+                return null;
+            }
+            Object rows = stats == null ? null : stats.get("numRecords");
+            if (rows instanceof Number && ((Number) rows).longValue() == 0) {
+                continue;   // holds no rows of any slice
+            }
+            String only = stats == null ? null : single(stats, column);
+            if (only == null) {
+                return null;
+            }
+            if (only.equals(value)) {
+                slice.add(file);
+            }
+        }
+        return slice;
+    }
+
+    /** The one value {@code column} takes in every row the statistics describe, or null if not known to be one. */
+    @SuppressWarnings("unchecked")
+    private static String single(Map<String, Object> stats, String column) {
+        Object low = ((Map<String, Object>) stats.getOrDefault("minValues", new HashMap<>())).get(column);
+        Object high = ((Map<String, Object>) stats.getOrDefault("maxValues", new HashMap<>())).get(column);
+        Object nulls = ((Map<String, Object>) stats.getOrDefault("nullCount", new HashMap<>())).get(column);
+        boolean noNulls = nulls instanceof Number && ((Number) nulls).longValue() == 0;
+        return noNulls && low instanceof String && low.equals(high) ? (String) low : null;
+    }
+
+    /**
+     * The footers of the files {@code names} of {@code folder}, in their order, read side by side (one at a time, a
+     * write's hundreds of files took a second of the driver's time after every write).
+     */
+    static List<ParquetMetadata> footers(SparkSession spark, Path folder, String[] names) throws java.io.IOException {
+        Configuration conf = spark.sparkContext().hadoopConfiguration();
+        int threads = Math.max(1, Math.min(FOOTER_THREADS, names.length));
+        ExecutorService pool = Executors.newFixedThreadPool(threads, runnable -> {
+            Thread t = new Thread(runnable, "churn-file-commit-footers");
+            t.setDaemon(true);
+            return t;
+        });
+        try {
+            List<Future<ParquetMetadata>> pending = new ArrayList<>();
+            for (String name : names) {
+                pending.add(pool.submit(() -> ParquetFileReader.readFooter(conf, new Path(folder, name),
+                        ParquetMetadataConverter.NO_FILTER)));
+            }
+            List<ParquetMetadata> found = new ArrayList<>();
+            for (Future<ParquetMetadata> f : pending) {
+                found.add(f.get());
+            }
+            return found;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new java.io.InterruptedIOException("interrupted reading the footers of " + folder);
+        } catch (ExecutionException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof java.io.IOException) {
+                throw (java.io.IOException) cause;
+            }
+            throw new java.io.IOException("could not read a footer under " + folder, cause);
+        } finally {
+            pool.shutdownNow();
+        }
     }
 
     /**
