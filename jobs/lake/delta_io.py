@@ -371,39 +371,34 @@ def replace_slice_as_files(df: DataFrame, path: str, predicate: str) -> Commit |
     """``replace_where_counted`` as a Parquet write and one Delta commit (``overwrite_as_files``' two steps), for a
     predicate ``column = 'value'`` on an unpartitioned table whose files each hold one value of ``column`` by their
     statistics (``jvm/churn/lake/FileCommit.java``, ``replaceSlice``): the slice's files removed, the new ones added,
-    no scan of the old files. The quarantine is such a table: every stage writes its own files. None, with nothing
-    written, where the table is not such a table (the caller writes through Delta); rows of ``df`` outside the
-    slice fail the commit, as Delta's own replaceWhere refuses them."""
+    no scan of the old files. The quarantine is such a table: every stage writes its own files. The write starts at
+    once (beside the stage's other writes); only the commit looks at the table. None, with nothing committed and
+    the files removed, where the table is not such a table: the caller then writes through Delta. Rows of ``df``
+    outside the slice fail the commit, as Delta's own replaceWhere refuses them."""
     match = SLICE_PREDICATE.match(predicate)
-    if match is None:
+    if match is None or match.group(1) not in df.columns:
         return None
     spark = df.sparkSession
     column, value = match.groups()
-    commits = spark.sparkContext._gateway.jvm.churn.lake.FileCommit
-    schema = nullable(df.schema).json()
-    if column not in df.columns or not commits.replaceableSlice(spark._jsparkSession, path, schema, column, value):
-        return None
     before = committed_version(spark, path)
-    folder = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
+    folder = f"{path.rstrip('/')}/{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
     plans.observe(df, path)
     try:
-        df.write.mode("errorifexists").parquet(f"{path.rstrip('/')}/{folder}")
-        files = written_files(spark, f"{path.rstrip('/')}/{folder}")
+        df.write.mode("errorifexists").parquet(folder)
+        files = written_files(spark, folder)
         gateway = spark.sparkContext._gateway
-        result = commits.replaceSlice(
-            spark._jsparkSession, path, folder, _array(gateway, gateway.jvm.String, list(files)),
+        result = gateway.jvm.churn.lake.FileCommit.replaceSlice(
+            spark._jsparkSession, path, folder.rsplit("/", 1)[1], _array(gateway, gateway.jvm.String, list(files)),
             _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
             _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
-            schema, column, value, predicate, STATS_STRING_LENGTH)
-        if result is None:   # the table changed between the check and the commit
-            raise RuntimeError(f"{path} changed while its slice {predicate} was written: run the stage again")
+            nullable(df.schema).json(), column, value, predicate, STATS_STRING_LENGTH)
     except BaseException:
         if committed_version(spark, path) == before:   # not committed: the files are nobody's
-            remove_path(spark, f"{path.rstrip('/')}/{folder}")
+            remove_path(spark, folder)
         raise
-    if int(result[0]) == before:   # nothing removed and nothing added: Delta made no commit
-        remove_path(spark, f"{path.rstrip('/')}/{folder}")
-    return Commit(int(result[0]), int(result[1]))
+    if result is None or int(result[0]) == before:   # not such a table, or nothing to replace: no commit
+        remove_path(spark, folder)
+    return None if result is None else Commit(int(result[0]), int(result[1]))
 
 
 def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:

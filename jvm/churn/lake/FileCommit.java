@@ -136,9 +136,6 @@ public final class FileCommit {
      * statistics of {@code column}; the caller writes through Delta instead. A written file with a row outside
      * the slice fails the commit (as Delta's replaceWhere refuses such rows).
      *
-     * <p>{@link #replaceableSlice} asks the same of the table before the files are written, so that the caller
-     * writes them only where this commit can take them.
-     *
      * @return {version committed, rows of the files added}, or null (nothing committed)
      */
     public static long[] replaceSlice(SparkSession spark, String table, String folder, String[] names, long[] sizes,
@@ -182,12 +179,6 @@ public final class FileCommit {
         long version = txn.commit(seq(actions), new DeltaOperations.Write(SaveMode.Overwrite,
                 Option.apply(seq(new ArrayList<String>())), Option.apply(predicate), Option.empty()));
         return new long[] {version, rows};
-    }
-
-    /** Whether {@link #replaceSlice} would take the slice {@code column = value} of {@code table} as it is now. */
-    public static boolean replaceableSlice(SparkSession spark, String table, String schemaJson, String column,
-                                           String value) {
-        return sliceFiles(DeltaLog.forTable(spark, table).startTransaction(), schemaJson, column, value) != null;
     }
 
     /** The files of the slice {@code column = value} of the transaction's table, or null where they are unknown. */
