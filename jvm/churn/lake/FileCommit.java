@@ -100,28 +100,8 @@ public final class FileCommit {
         for (AddFile old : JavaConverters.seqAsJavaList(txn.filterFiles())) {
             actions.add(old.remove());
         }
-        ObjectMapper json = new ObjectMapper();
-        String[] columns = statsColumns(txn.metadata());
-        scala.collection.immutable.Map<String, String> noPartition = scalaMap(new HashMap<>());
-        long rows = 0;
-        long bytes = 0;
-        List<ParquetMetadata> footers = footers(spark, new Path(table, folder), names);
-        for (int i = 0; i < names.length; i++) {
-            Map<String, Object> stats = stats(footers.get(i), columns, longestStr);
-            rows += (Long) stats.get("numRecords");
-            bytes += sizes[i];
-            actions.add(new AddFile(folder + "/" + names[i], noPartition, sizes[i], times[i], true,
-                    json.writeValueAsString(stats), null, null, Option.empty(), Option.empty(), Option.empty()));
-        }
-        Map<String, SQLMetric> metrics = new HashMap<>();
-        metrics.put("numFiles", metric(spark, "number of files written", names.length));
-        metrics.put("numOutputRows", metric(spark, "number of output rows", rows));
-        metrics.put("numOutputBytes", metric(spark, "written output", bytes));
-        txn.registerSQLMetrics(spark, scalaMap(metrics));
-        Option<Seq<String>> partitionBy = Option.apply(seq(new ArrayList<String>()));
-        long version = txn.commit(seq(actions),
-                new DeltaOperations.Write(SaveMode.Overwrite, partitionBy, Option.empty(), Option.empty()));
-        return new long[] {version, rows};
+        long rows = added(spark, txn, table, folder, names, sizes, times, longestStr, actions, null);
+        return new long[] {commit(spark, txn, actions, names.length, rows, sizes, null, Option.empty()), rows};
     }
 
     /**
@@ -150,35 +130,60 @@ public final class FileCommit {
         for (AddFile old : slice) {
             actions.add(old.remove());
         }
-        ObjectMapper json = new ObjectMapper();
-        String[] columns = statsColumns(txn.metadata());
-        long rows = 0;
-        long bytes = 0;
-        List<ParquetMetadata> footers = footers(spark, new Path(table, folder), names);
-        for (int i = 0; i < names.length; i++) {
-            Map<String, Object> stats = stats(footers.get(i), columns, longestStr);
-            long n = (Long) stats.get("numRecords");
-            if (n > 0 && !value.equals(single(stats, column))) {
+        long rows = added(spark, txn, table, folder, names, sizes, times, longestStr, actions, stats -> {
+            if ((Long) stats.get("numRecords") > 0 && !value.equals(single(stats, column))) {
                 throw new IllegalArgumentException("Data written out does not match replaceWhere '" + predicate
-                        + "': " + names[i] + " holds rows whose " + column + " is not '" + value + "'");
+                        + "': a file holds rows whose " + column + " is not '" + value + "'");
             }
-            rows += n;
-            bytes += sizes[i];
-            actions.add(new AddFile(folder + "/" + names[i], scalaMap(new HashMap<>()), sizes[i], times[i], true,
-                    json.writeValueAsString(stats), null, null, Option.empty(), Option.empty(), Option.empty()));
-        }
+        });
         if (slice.isEmpty() && rows == 0) {
             return new long[] {txn.readVersion(), 0};   // as Delta: nothing to remove, nothing to add, no commit
         }
+        return new long[] {commit(spark, txn, actions, names.length, rows, sizes, (long) slice.size(),
+                Option.apply(predicate)), rows};
+    }
+
+    /**
+     * Adds to {@code actions} one {@code AddFile} per file {@code names} of {@code folder}, its rows and statistics
+     * (of the columns the transaction's table keeps them of) read from its footer, each statistics map first given
+     * to {@code check} (if any); returns the files' rows.
+     */
+    private static long added(SparkSession spark, OptimisticTransaction txn, String table, String folder,
+                              String[] names, long[] sizes, long[] times, int longestStr, List<Action> actions,
+                              java.util.function.Consumer<Map<String, Object>> check) throws java.io.IOException {
+        ObjectMapper json = new ObjectMapper();
+        String[] columns = statsColumns(txn.metadata());
+        List<ParquetMetadata> footers = footers(spark, new Path(table, folder), names);
+        long rows = 0;
+        for (int i = 0; i < names.length; i++) {
+            Map<String, Object> stats = stats(footers.get(i), columns, longestStr);
+            if (check != null) {
+                check.accept(stats);
+            }
+            rows += (Long) stats.get("numRecords");
+            actions.add(new AddFile(folder + "/" + names[i], scalaMap(new HashMap<>()), sizes[i], times[i], true,
+                    json.writeValueAsString(stats), null, null, Option.empty(), Option.empty(), Option.empty()));
+        }
+        return rows;
+    }
+
+    /**
+     * Commits {@code actions} as a {@code WRITE} in mode {@code Overwrite} (with {@code predicate}, as a
+     * {@code replaceWhere} records it), with the write's metrics (and the files removed, where given); returns the
+     * version committed.
+     */
+    private static long commit(SparkSession spark, OptimisticTransaction txn, List<Action> actions, int files,
+                               long rows, long[] sizes, Long removed, Option<String> predicate) {
         Map<String, SQLMetric> metrics = new HashMap<>();
-        metrics.put("numFiles", metric(spark, "number of files written", names.length));
+        metrics.put("numFiles", metric(spark, "number of files written", files));
         metrics.put("numOutputRows", metric(spark, "number of output rows", rows));
-        metrics.put("numOutputBytes", metric(spark, "written output", bytes));
-        metrics.put("numRemovedFiles", metric(spark, "number of files removed", slice.size()));
+        metrics.put("numOutputBytes", metric(spark, "written output", Arrays.stream(sizes).sum()));
+        if (removed != null) {
+            metrics.put("numRemovedFiles", metric(spark, "number of files removed", removed));
+        }
         txn.registerSQLMetrics(spark, scalaMap(metrics));
-        long version = txn.commit(seq(actions), new DeltaOperations.Write(SaveMode.Overwrite,
-                Option.apply(seq(new ArrayList<String>())), Option.apply(predicate), Option.empty()));
-        return new long[] {version, rows};
+        return txn.commit(seq(actions), new DeltaOperations.Write(SaveMode.Overwrite,
+                Option.apply(seq(new ArrayList<String>())), predicate, Option.empty()));
     }
 
     /** The files of the slice {@code column = value} of the transaction's table, or null where they are unknown. */
