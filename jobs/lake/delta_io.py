@@ -4,15 +4,16 @@ Idempotence, by kind of write:
 - ``overwrite``: the table becomes exactly ``df`` (a stage rebuilding its output from the same input
   gives the same contents, whatever ran before);
 - ``replace_where``: only the rows matching a predicate are replaced (e.g. one stage's slice of the
-  quarantine, one run's predictions); done with Delta's ``replaceWhere``, which the GPU can run;
+  quarantine, one run's predictions); done with Delta's ``replaceWhere``, or under the gpu profiles, for an
+  unpartitioned table's ``column = 'value'`` slice, a Parquet write and one commit (``replace_slice_as_files``);
 - ``append_once``: an append keyed by (app id, version) through Delta's ``txnAppId`` / ``txnVersion``,
   so a retried or re-run append of the same key is skipped.
 """
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import uuid
 from typing import NamedTuple
 from urllib.parse import unquote
@@ -349,7 +350,8 @@ def replace_where(df: DataFrame, path: str, predicate: str, partition_by: tuple[
 
 def replace_where_counted(df: DataFrame, path: str, predicate: str, partition_by: tuple[str, ...] = ()) -> Commit:
     """``replace_where``, returning the commit: its version and the rows it wrote. Delta makes no commit when
-    there is nothing to write and no row matches the predicate: then the table's version and 0 rows."""
+    there is nothing to write and no row matches the predicate: then the table's version and 0 rows. Where the
+    profile writes files (``WRITE_FILES_KEY``) an unpartitioned table's slice is a file commit where it can be."""
     spark = df.sparkSession
     if not exists(spark, path):
         return overwrite_counted(df, path, partition_by)

@@ -55,7 +55,8 @@ import scala.collection.Seq;
  * ({@code jobs/lake/delta_io.py}, {@code overwrite_as_files}) writes the files, then calls {@link #overwrite}, which
  * counts and describes them from their footers. Delta's optimistic transaction does the rest: a new table gets its
  * metadata and protocol, a changed schema replaces the old one (as {@code overwriteSchema} does), and a concurrent
- * commit fails this one.
+ * commit fails this one. {@link #replaceSlice} commits files as one slice ({@code column = 'value'}) of a table the
+ * same way, as Delta's {@code replaceWhere} would.
  * Only unpartitioned tables.
  */
 public final class FileCommit {
@@ -201,7 +202,8 @@ public final class FileCommit {
         ObjectMapper json = new ObjectMapper();
         List<AddFile> slice = new ArrayList<>();
         // The transaction reads every file (a concurrent commit that adds or removes one fails this one); the
-        // snapshot's file list is where their statistics are (the files a scan is given carry none).
+        // snapshot's file list is where their statistics are (the files a scan is given carry none): one small
+        // row per data file of the table, collected on the driver.
         Map<String, String> statsOf = new HashMap<>();
         for (AddFile file : txn.snapshot().allFiles().collectAsList()) {
             statsOf.put(file.path(), file.stats());
