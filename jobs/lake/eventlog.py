@@ -15,9 +15,12 @@ from urllib.parse import unquote, urlparse
 
 # Peaks kept, in bytes: the JVM's heap and off-heap use, what Spark's memory manager gave to execution (sorts,
 # aggregations, joins, shuffles) and to storage (cached frames), and the resident memory of the executor's JVM
-# and of its Python workers (process-tree metrics, where spark.executor.processTreeMetrics.enabled is set).
+# and of its Python workers (process-tree metrics: only with ``PROCESS_MEMORY`` set, which scripts/pipeline leaves
+# off for its cost, jobs/launch/submit.py; without it Spark logs them as 0).
 METRICS = ("JVMHeapMemory", "JVMOffHeapMemory", "OnHeapExecutionMemory", "OnHeapStorageMemory",
            "ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory")
+PROCESS_METRICS = ("ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory")
+PROCESS_MEMORY = "spark.executor.processTreeMetrics.enabled=true"
 NO_GROUP = "(no job group)"
 
 
