@@ -17,9 +17,8 @@ from urllib.parse import unquote, urlparse
 # aggregations, joins, shuffles) and to storage (cached frames), and the resident memory of the executor's JVM
 # and of its Python workers (process-tree metrics: only with ``PROCESS_MEMORY`` set, which scripts/pipeline leaves
 # off for its cost, jobs/launch/submit.py; without it Spark logs them as 0).
-METRICS = ("JVMHeapMemory", "JVMOffHeapMemory", "OnHeapExecutionMemory", "OnHeapStorageMemory",
-           "ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory")
 PROCESS_METRICS = ("ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory")
+METRICS = ("JVMHeapMemory", "JVMOffHeapMemory", "OnHeapExecutionMemory", "OnHeapStorageMemory", *PROCESS_METRICS)
 PROCESS_MEMORY = "spark.executor.processTreeMetrics.enabled=true"
 NO_GROUP = "(no job group)"
 

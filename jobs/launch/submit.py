@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 # stages would slip between (at 250 ms a small run's score stage sometimes did): jobs/lake/eventlog.py reads them per
 # pipeline stage (scripts/bench-memory); the history server shows them per stage. The resident memory of the JVM and
 # of its Python workers (``eventlog.PROCESS_MEMORY``) is left to whoever asks for it with --conf (scripts/bench-memory
-# does): Spark finds the process tree by running ``pgrep`` once per process at every sample, ten forks of the whole JVM a
-# second, which on 2 cores took a fifth of the machine (a 20k-customer pipeline 1.24x the wall time, twice the
+# does): Spark finds the process tree by starting ``pgrep`` once per process at every sample, ten samples a second,
+# which on 2 cores took a fifth of the machine (a 20k-customer pipeline 1.24x the wall time, twice the
 # system time). A user's --conf wins over these.
 MEMORY_PEAKS = ("spark.eventLog.logStageExecutorMetrics=true", "spark.executor.metrics.pollingInterval=100ms")
 

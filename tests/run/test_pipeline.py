@@ -113,7 +113,7 @@ def test_every_gpu_fallback_is_allow_listed(compared):
 def test_the_event_log_gives_each_pipeline_stage_its_memory_peaks(compared):
     """The pipeline's jobs carry their stage's name as job group and its event log keeps every Spark stage's
     memory peaks, so scripts/bench-memory can read them per pipeline stage. The processes' resident memory is not
-    sampled unless asked for (each sample forks ``pgrep``): Spark logs it as 0."""
+    sampled unless asked for (each sample starts ``pgrep``): Spark logs it as 0."""
     out, _ = compared
     peaks = eventlog.stage_peaks(eventlog.log_file(out / "cpu" / "eventlog"))
     assert {"ingest", "clean", "features", "train", "score", "report"} <= set(peaks), sorted(peaks)
