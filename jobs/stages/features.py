@@ -158,8 +158,9 @@ def event_aggregates(cutoff: dt.datetime):
 
 
 def customer_features(cutoff: dt.datetime):
-    """Features of the customer row itself, measured at the cutoff date, as doubles, with the days from signup to
-    the cutoff date (``SINCE_SIGNUP``, the recency features' fallback): the id and numbers only."""
+    """Features of the customer row itself, measured at the cutoff date, with the days from signup to the cutoff
+    date (``SINCE_SIGNUP``, the recency features' fallback): the id and numbers only (``gold_columns`` makes them
+    doubles)."""
     def transform(df: DataFrame) -> DataFrame:
         cutoff_day = cutoff_date(cutoff)
         tenure = F.floor(F.months_between(cutoff_day, F.col("signup_date")))
