@@ -91,9 +91,8 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # classified frame, cut to what its writers read (``outcome``), feeds three readers (silver, quarantine, the
     # accounting): materialised once (see MATERIALISE_KEY). Customers without whole-stage code generation (where
     # they are computed: here, when materialised): fused, their 22 columns' checks make methods of tens of KB of
-    # bytecode, which run slowly until C2 has compiled them, and that takes more passes than a run makes (1M
-    # customers, one JVM: the first pass 27.9 s fused against 19.4-20.1 s apart, the second 19.2 against 9.5 s; the
-    # fused form leads only from about the fourth, 7.0 against 8.7 s); the events' 7 columns gain from it.
+    # bytecode, which run slowly until C2 has compiled them, and that takes more passes than a run makes (figures in
+    # docs/etl.md, "Huge generated methods"); the events' 7 columns gain from it.
     lookups = lookup_mode(spark)
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)

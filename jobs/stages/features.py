@@ -77,10 +77,9 @@ STAGE = Stage("features", "silver -> gold customer features + label", run,
 def build_features(customers: DataFrame, events: DataFrame, as_of: str) -> DataFrame:
     """Each customer's own features, computed on its row, left-joined to its events' aggregates. The customer side
     is cut to its features before the join, so the shuffle carries the id and ~30 numbers a customer instead of
-    the silver row's strings (the stage at 1M customers, warm, 2 cores: 10.8 CPU seconds against 12.1). A shuffled
-    hash join: the aggregates (one row of a few dozen numbers per customer) are hashed per partition, and neither
-    side is sorted, where Spark's default join of two large sides sorts both by the string id (the features stage
-    alone at 1M customers on 2 cores: 20.7-22.2 s against 23.8-25.8 s)."""
+    the silver row's strings. A shuffled hash join: the aggregates (one row of a few dozen numbers per customer) are
+    hashed per partition, and neither side is sorted, where Spark's default join of two large sides sorts both by
+    the string id (figures for both in docs/etl.md, "Features")."""
     cutoff = cutoff_of(as_of)
     return (customers
             .transform(customer_features(cutoff))
