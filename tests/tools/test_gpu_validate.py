@@ -46,6 +46,13 @@ def test_ab_refuses_a_wrong_round_count_or_a_missing_baseline_before_it_runs_any
     assert not (tmp_path / "state" / "results" / "ab").exists(), "a refused ab left results behind"
 
 
+def test_layouts_refuses_a_wrong_round_count_or_a_missing_input_before_it_runs_anything(tmp_path):
+    assert_refused(tmp_path, "layouts", (("x", "'x' is not a number of rounds"),
+                                         ("100", "'100' is not a number of rounds"),
+                                         ("1", "no input yet: run generate N first")))
+    assert not (tmp_path / "state" / "results" / "layouts").exists(), "a refused layouts left results behind"
+
+
 def test_gpus_refuses_counts_that_are_not_numbers_of_this_hosts_gpus_before_it_runs_anything(tmp_path):
     # This machine has no GPU: every count is more than it has, and none reaches the cluster.
     assert_refused(tmp_path, "gpus", (("", "gpus needs GPU counts"),
