@@ -84,6 +84,23 @@ def for_master(props: dict[str, str], master: str) -> dict[str, str]:
     return {**local, **local_driver_memory(local, machine_memory_gib())}
 
 
+GPU_REQUESTS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
+
+
+def refuse_local_gpu_requests(master: str, extra_conf: list[str]) -> None:
+    """A ``--conf`` asking for GPUs per task or executor under a local master stops here, with the fix: local mode
+    has no executor resources, so Spark fails to start ("No executor resource configs were specified for the
+    following task configs: gpu"), or a task's share is never granted. ``for_master`` drops the profile's own
+    requests; a user's are refused rather than dropped unseen."""
+    if not (master == "local" or master.startswith("local[")):
+        return
+    asked = [kv.partition("=")[0].strip() for kv in extra_conf if kv.partition("=")[0].strip() in GPU_REQUESTS]
+    if asked:
+        raise SubmitError(f"{', '.join(asked)} asks for GPUs per task or executor, which local mode ({master}) "
+                          "cannot grant: drop it (the plugin and spark-rapids-ml use this machine's GPU without "
+                          "it), or submit to a cluster whose workers offer GPUs (--master spark://...)")
+
+
 # Under local[*] the driver JVM is the one executor: its heap holds every task's sort and hash buffers and clean's
 # materialised rows, which spill to disk (serialised) when it is full. The profile's spark.driver.memory is the
 # least it gets; a machine with more memory gives it half of its own, the rest staying with the OS, the Python
@@ -172,6 +189,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
             "Use --profile cpu, or --profile gpu-explain to see what would run on a GPU, "
             "or submit to a cluster with GPU executors (--master)."
         )
+    refuse_local_gpu_requests(master, extra_conf)
     props = settings.check(for_master(props, master), extra_conf)
     if profiles.uses_rapids(props):
         on_class_path = rapids_shuffle_classpath(props, jars.JARS_DIR / jars.RAPIDS_JAR)

@@ -63,6 +63,20 @@ def test_the_gpu_profile_under_a_local_master_asks_tasks_for_no_gpu_share():
     assert "rows 1000" in run_python(LOCAL_GPU_PROFILE_JOB, json.dumps(job), timeout=180)
 
 
+def test_a_gpu_request_given_with_conf_under_a_local_master_is_refused_with_the_fix(tmp_path):
+    """Given by hand, a task's GPU share under local[...] failed Spark's start with a stack trace ("No executor
+    resource configs were specified for the following task configs: gpu"): it stops before Spark with one line. On a
+    cluster the same setting passes through."""
+    for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount"):
+        with pytest.raises(submit.SubmitError) as e:
+            submit.spark_submit_command("gpu-explain", "local[2]", "tools/smoke.py", [], [f"{key}=0.0625"], tmp_path)
+        assert str(e.value).startswith(f"{key} asks for GPUs per task or executor, which local mode (local[2]) "
+                                       "cannot grant: drop it")
+    on_cluster = submitted_properties(tmp_path, "gpu-explain", "spark://127.0.0.1:7077",
+                                      "spark.task.resource.gpu.amount=0.0625")
+    assert on_cluster["spark.task.resource.gpu.amount"] == "0.0625"
+
+
 def submitted_properties(tmp_path, profile: str, master: str, *conf: str) -> dict[str, str]:
     """The Spark properties scripts/submit would hand spark-submit (its --properties-file, and its --jars as
     ``--jars``), nothing run."""
