@@ -69,7 +69,7 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     record = StageRecord(STAGE.name)
     try:
         layouts = planned(inputs, scanned(spark, inputs))
-        wrote, quarantined, schemas = write_tables(spark, inputs, layouts, lake)
+        wrote, schemas = write_bronze(spark, inputs, layouts, lake)
     except Py4JJavaError as e:
         raise unreadable(files, e) from None
     record.wrote.update(wrote)
@@ -77,10 +77,17 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
         raise UserError(f"input files under {data} changed while ingest read them, so bronze and quarantine may "
                         f"come from different contents: run ingest again once nothing writes to that folder")
 
-    record.counts, breaks = accounting(
-        spark, lake, record.wrote, files,
-        {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}, quarantined,
-        schemas)
+    # The quarantine's slice and the accounting both read the bronze just written, independently: side by side,
+    # the one's commit and the other's driver work leave no core idle; the slice's committed rows are checked
+    # against the accounting's count once both are done.
+    expected = {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}
+    done = together({
+        "quarantine": partial(write_quarantine, spark, lake, wrote, schemas),
+        "accounting": partial(accounting, spark, lake, dict(wrote), files, expected, None, schemas),
+    })
+    record.wrote["quarantine"] = done["quarantine"].version
+    record.counts, breaks = done["accounting"]
+    check_quarantine_rows(done["quarantine"].rows, record.counts["quarantined"])
     physical = {(ds, f.name): lines for ds, layout in layouts.items() for f, lines in layout.lines.items()}
     record.counts["input"] = reconciled(record.counts["files"], breaks, physical,
                                         {ds: {f.name: f.size for f in fs} for ds, fs in inputs.items()})
@@ -88,10 +95,10 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     return record
 
 
-def write_tables(spark: SparkSession, inputs: dict[str, list["InputFile"]], layouts: dict[str, "Layout"],
-                 lake: str) -> tuple[dict[str, int], int | None]:
-    """Bronze (every record, the malformed ones flagged) and the quarantine's ingest slice (bronze's malformed
-    records); returns the versions written and the rows the quarantine's write committed."""
+def write_bronze(spark: SparkSession, inputs: dict[str, list["InputFile"]], layouts: dict[str, "Layout"],
+                 lake: str) -> tuple[dict[str, int], dict]:
+    """Bronze (every record, the malformed ones flagged); returns the versions written and bronze's schema per
+    dataset."""
     with session_conf(spark, plugin_conf(spark)):
         # The two bronze writes run side by side: the smaller one's last tasks would otherwise leave cores idle.
         bronze = {f"bronze_{ds}": extract(spark, inputs[ds], layouts[ds].splits, columns)
@@ -99,17 +106,26 @@ def write_tables(spark: SparkSession, inputs: dict[str, list["InputFile"]], layo
         with session_conf(spark, BRONZE_WRITE_SETTINGS):
             wrote = together({name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
                               for name, df in bronze.items()})
-        # Read back from bronze, not parsed again: a scan of the flag (almost all null; Parquet's own null counts
-        # let whole row groups be skipped), and of the other columns only where it is set.
-        schemas = {ds: bronze[f"bronze_{ds}"].schema for ds in DATASETS}
+    return wrote, {ds: bronze[f"bronze_{ds}"].schema for ds in DATASETS}
+
+
+def write_quarantine(spark: SparkSession, lake: str, wrote: dict[str, int], schemas: dict):
+    """The quarantine's ingest slice: bronze's malformed records (at the versions in ``wrote``), read back from
+    bronze, not parsed again; returns the write's commit (version, rows)."""
+    with session_conf(spark, plugin_conf(spark)):
         parts = [bronze_at(spark, lake, ds, wrote[f"bronze_{ds}"], schemas[ds]).transform(quarantine_rows(ds))
                  for ds in DATASETS]
         # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per split.
         quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
-        commit = delta_io.replace_where_counted(
+        return delta_io.replace_where_counted(
             quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE.name}'")
-        wrote["quarantine"] = commit.version
-    return wrote, commit.rows, schemas
+
+
+def check_quarantine_rows(committed: int | None, flagged: int) -> None:
+    """The rows the quarantine's write committed must be bronze's malformed ones (the accounting's count)."""
+    if committed is not None and committed != flagged:
+        raise RuntimeError(f"the quarantine's write committed {committed:,} rows for bronze's {flagged:,} "
+                           f"malformed records: a bug in ingest or in the table writer")
 
 
 def bronze_at(spark: SparkSession, lake: str, ds: str, version: int, schema) -> DataFrame:
@@ -471,9 +487,7 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}
               for ds in DATASETS}
     flagged = sum(t["quarantined"] for t in totals.values())
-    if quarantine_rows is not None and quarantine_rows != flagged:
-        raise RuntimeError(f"the quarantine's write committed {quarantine_rows:,} rows for bronze's {flagged:,} "
-                           f"malformed records: a bug in ingest or in the table writer")
+    check_quarantine_rows(quarantine_rows, flagged)
     # Flat figures first (rows in bronze per dataset, quarantined in all) for progress lines and the report.
     return ({**{ds: totals[ds]["bronze"] for ds in DATASETS}, "quarantined": flagged,
              "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}, breaks)
