@@ -116,15 +116,18 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # writer) while the next one's classification runs on the GPU.
     silver = {ds: (df.transform(silver_rows(ds)), delta_io.table_path(lake, f"silver_{ds}"))
               for ds, df in (("customers", customers), ("events", events))}
+    # The accounting's count of each row's fate reads the same kept frames: beside the writes, checked against
+    # their commits once all are done.
     commits = together({
         **{f"silver_{ds}": partial(delta_io.overwrite_counted, df, path, properties=SILVER_PROPERTIES[ds])
            for ds, (df, path) in silver.items()},
         "quarantine": lambda: delta_io.replace_where_counted(quarantine, delta_io.table_path(lake, "quarantine"),
                                                              f"stage = '{STAGE.name}'"),
+        "fates": partial(fates, {"customers": customers, "events": events}),
     })
+    counted = commits.pop("fates")
     record.wrote.update({name: c.version for name, c in commits.items()})
-    record.counts = accounting({"customers": customers, "events": events},
-                               {name: c.rows for name, c in commits.items()})
+    record.counts = accounting(counted, {name: c.rows for name, c in commits.items()})
     release(customers, events)
     return record
 
@@ -495,15 +498,22 @@ def quarantine_rows(dataset: str):
 # ---------------------------------------------------------------------------------------------------------
 # Accounting: the fates counted in the classified frames, checked against what the writes committed.
 # ---------------------------------------------------------------------------------------------------------
-def accounting(classified: dict[str, DataFrame], written: dict[str, int]) -> dict:
-    """Per dataset and per file: bronze rows in = silver + quarantined (by reason) + duplicates removed, counted
-    from each row's fate (one aggregation, a few rows per input file back); the rows each Delta write reports in
-    its commit (``written``) must equal what the fates send there, else the stage fails."""
+def fates(classified: dict[str, DataFrame]) -> tuple[list, list[str]]:
+    """The classified rows counted per dataset, input file and fate (one aggregation, a few rows per input file
+    back), and the datasets; what ``accounting`` checks."""
     rows = (reduce(DataFrame.unionByName,
                    [df.select(F.lit(ds).alias("dataset"), "source_file", "_fate") for ds, df in classified.items()])
             .groupBy("dataset", "source_file", "_fate").agg(F.count(F.lit(1)).alias("n"))
             .collect())  # a few rows per input file
-    files: dict = {ds: {} for ds in classified}
+    return rows, list(classified)
+
+
+def accounting(counted: tuple[list, list[str]], written: dict[str, int]) -> dict:
+    """Per dataset and per file: bronze rows in = silver + quarantined (by reason) + duplicates removed, from each
+    row's fate (``fates``); the rows each Delta write reports in its commit (``written``) must equal what the fates
+    send there, else the stage fails."""
+    rows, datasets = counted
+    files: dict = {ds: {} for ds in datasets}
     for r in rows:
         f = files[r["dataset"]].setdefault(r["source_file"], {"bronze": 0, "silver": 0, "quarantined": {},
                                                               "duplicates_removed": 0})
@@ -533,8 +543,8 @@ def accounting(classified: dict[str, DataFrame], written: dict[str, int]) -> dic
                            + "): a bug in clean or in the table writer; the stage's tables are put back")
     # Flat figures first (rows in silver per dataset, quarantined in all, duplicates per dataset) for
     # progress lines and the report.
-    return {**{ds: totals[ds]["silver"] for ds in classified},
+    return {**{ds: totals[ds]["silver"] for ds in datasets},
             "quarantined": expected["quarantine"],
-            "duplicates_removed": {ds: totals[ds]["duplicates_removed"] for ds in classified},
+            "duplicates_removed": {ds: totals[ds]["duplicates_removed"] for ds in datasets},
             "written": {name: written[name] for name in sorted(written)},
-            "files": {ds: dict(sorted(files[ds].items())) for ds in classified}, "totals": totals}
+            "files": {ds: dict(sorted(files[ds].items())) for ds in datasets}, "totals": totals}
