@@ -127,7 +127,7 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     })
     counted = commits.pop("fates")
     record.wrote.update({name: c.version for name, c in commits.items()})
-    record.counts = accounting(counted, {name: c.rows for name, c in commits.items()})
+    record.counts = accounting(counted, ("customers", "events"), {name: c.rows for name, c in commits.items()})
     release(customers, events)
     return record
 
@@ -498,21 +498,19 @@ def quarantine_rows(dataset: str):
 # ---------------------------------------------------------------------------------------------------------
 # Accounting: the fates counted in the classified frames, checked against what the writes committed.
 # ---------------------------------------------------------------------------------------------------------
-def fates(classified: dict[str, DataFrame]) -> tuple[list, list[str]]:
+def fates(classified: dict[str, DataFrame]) -> list:
     """The classified rows counted per dataset, input file and fate (one aggregation, a few rows per input file
-    back), and the datasets; what ``accounting`` checks."""
-    rows = (reduce(DataFrame.unionByName,
+    back): what ``accounting`` checks."""
+    return (reduce(DataFrame.unionByName,
                    [df.select(F.lit(ds).alias("dataset"), "source_file", "_fate") for ds, df in classified.items()])
             .groupBy("dataset", "source_file", "_fate").agg(F.count(F.lit(1)).alias("n"))
             .collect())  # a few rows per input file
-    return rows, list(classified)
 
 
-def accounting(counted: tuple[list, list[str]], written: dict[str, int]) -> dict:
+def accounting(rows: list, datasets: tuple[str, ...], written: dict[str, int]) -> dict:
     """Per dataset and per file: bronze rows in = silver + quarantined (by reason) + duplicates removed, from each
     row's fate (``fates``); the rows each Delta write reports in its commit (``written``) must equal what the fates
     send there, else the stage fails."""
-    rows, datasets = counted
     files: dict = {ds: {} for ds in datasets}
     for r in rows:
         f = files[r["dataset"]].setdefault(r["source_file"], {"bronze": 0, "silver": 0, "quarantined": {},

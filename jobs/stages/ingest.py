@@ -80,11 +80,13 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     # The quarantine's slice and the accounting both read the bronze just written, independently: side by side,
     # the one's commit and the other's driver work leave no core idle; the slice's committed rows are checked
     # against the accounting's count once both are done.
+    # Both under ingest's plugin settings (a session's settings are shared by its threads).
     expected = {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}
-    done = together({
-        "quarantine": partial(write_quarantine, spark, lake, wrote, schemas),
-        "accounting": partial(accounting, spark, lake, dict(wrote), files, expected, None, schemas),
-    })
+    with session_conf(spark, plugin_conf(spark)):
+        done = together({
+            "quarantine": partial(write_quarantine, spark, lake, wrote, schemas),
+            "accounting": partial(accounting, spark, lake, dict(wrote), files, expected, schemas),
+        })
     record.wrote["quarantine"] = done["quarantine"].version
     record.counts, breaks = done["accounting"]
     check_quarantine_rows(done["quarantine"].rows, record.counts["quarantined"])
@@ -112,17 +114,17 @@ def write_bronze(spark: SparkSession, inputs: dict[str, list["InputFile"]], layo
 def write_quarantine(spark: SparkSession, lake: str, wrote: dict[str, int], schemas: dict):
     """The quarantine's ingest slice: bronze's malformed records (at the versions in ``wrote``), read back from
     bronze, not parsed again; returns the write's commit (version, rows)."""
-    with session_conf(spark, plugin_conf(spark)):
-        parts = [bronze_at(spark, lake, ds, wrote[f"bronze_{ds}"], schemas[ds]).transform(quarantine_rows(ds))
-                 for ds in DATASETS]
-        # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per split.
-        quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
-        return delta_io.replace_where_counted(
-            quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE.name}'")
+    parts = [bronze_at(spark, lake, ds, wrote[f"bronze_{ds}"], schemas[ds]).transform(quarantine_rows(ds))
+             for ds in DATASETS]
+    # Few rows: a shuffle that adaptive execution coalesces gives a few right-sized files, not one per split.
+    quarantine = parts[0].unionByName(parts[1]).repartition("dataset", "source_file")
+    return delta_io.replace_where_counted(
+        quarantine, delta_io.table_path(lake, "quarantine"), f"stage = '{STAGE.name}'")
 
 
 def check_quarantine_rows(committed: int | None, flagged: int) -> None:
-    """The rows the quarantine's write committed must be bronze's malformed ones (the accounting's count)."""
+    """The rows the quarantine's write committed (None: its commit reported none) must be bronze's malformed ones
+    (the accounting's count)."""
     if committed is not None and committed != flagged:
         raise RuntimeError(f"the quarantine's write committed {committed:,} rows for bronze's {flagged:,} "
                            f"malformed records: a bug in ingest or in the table writer")
@@ -425,13 +427,11 @@ def quarantine_rows(dataset: str):
 # ---------------------------------------------------------------------------------------------------------
 def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: dict[str, list[str]],
                expected: dict[str, dict[str, int]] | None = None,
-               quarantine_rows: int | None = None,
                schemas: dict | None = None) -> tuple[dict, dict[tuple[str, str], int]]:
     """Per dataset and file: records (bronze holds every one), rows kept (``bronze``: well-formed, what clean
     reads) and rows quarantined (bronze's malformed ones); and, per (dataset, file), the line breaks inside its
     records (``record_lines`` less one each), for the independent count. A file with a header and no records is
     listed with zeros. ``expected``: the records the pre-pass found starting in each file, which bronze must hold;
-    ``quarantine_rows``: the rows the quarantine's write committed, which must be bronze's malformed ones;
     ``schemas``: bronze's per dataset as written, to read back what this run wrote without a Delta snapshot
     (``bronze_at``; left out: through Delta's reader).
 
@@ -487,7 +487,6 @@ def accounting(spark: SparkSession, lake: str, versions: dict[str, int], paths: 
     totals = {ds: {k: sum(f[k] for f in files[ds].values()) for k in ("records", "bronze", "quarantined")}
               for ds in DATASETS}
     flagged = sum(t["quarantined"] for t in totals.values())
-    check_quarantine_rows(quarantine_rows, flagged)
     # Flat figures first (rows in bronze per dataset, quarantined in all) for progress lines and the report.
     return ({**{ds: totals[ds]["bronze"] for ds in DATASETS}, "quarantined": flagged,
              "files": {ds: dict(sorted(files[ds].items())) for ds in DATASETS}, "totals": totals}, breaks)
