@@ -105,6 +105,11 @@ def test_the_rapids_shuffle_manager_gets_the_plugins_jar_on_both_class_paths_on_
     local = submitted_properties(tmp_path, "gpu-explain", "local[2]")
     assert "spark.shuffle.manager" not in local and "spark.driver.extraClassPath" not in local
     assert jar in local["--jars"].split(",")
+    # a user's own --conf naming it is kept there, with the class path it needs (gpu-validate's LOCAL_CONF)
+    asked = submitted_properties(tmp_path, "gpu-explain", "local[2]",
+                                 "spark.shuffle.manager=com.nvidia.spark.rapids.spark355.RapidsShuffleManager")
+    assert asked["spark.shuffle.manager"] == "com.nvidia.spark.rapids.spark355.RapidsShuffleManager"
+    assert asked["spark.driver.extraClassPath"] == jar
     cpu = submitted_properties(tmp_path, "cpu", "spark://127.0.0.1:7077")
     assert "spark.shuffle.manager" not in cpu and "spark.executor.extraClassPath" not in cpu
     with pytest.raises(submit.SubmitError) as e:
