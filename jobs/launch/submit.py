@@ -36,9 +36,9 @@ APP = PACKAGE / "__main__.py"
 
 # Resource requests that only a cluster manager can grant (see for_master), and the RAPIDS shuffle manager, which
 # the gpu profile sets for executors on a cluster (measured there: conf/gpu.conf); under a local master the driver
-# is the executor and keeps Spark's own shuffle.
-LOCAL_MODE_DROPPED = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
-                      "spark.executor.resource.gpu.discoveryScript", "spark.shuffle.manager",
+# is the executor and keeps Spark's own shuffle (unless the user's own --conf names another).
+GPU_REQUESTS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
+LOCAL_MODE_DROPPED = (*GPU_REQUESTS, "spark.executor.resource.gpu.discoveryScript", "spark.shuffle.manager",
                       "spark.rapids.shuffle.mode")
 # The RAPIDS shuffle manager's class names the Spark version it is built for (its shim): sparkXYZ for Spark X.Y.Z.
 RAPIDS_SHUFFLE_MANAGER = re.compile(r"com\.nvidia\.spark\.rapids\.spark(\w+)\.RapidsShuffleManager")
@@ -72,19 +72,22 @@ def has_local_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def is_local_mode(master: str) -> bool:
+    """``local`` or ``local[...]``: the driver's JVM runs every task (not ``local-cluster[...]``, whose executors are
+    real)."""
+    return master == "local" or master.startswith("local[")
+
+
 def for_master(props: dict[str, str], master: str) -> dict[str, str]:
     """The profile's properties as ``master`` can honour them. Local mode offers its tasks no GPU resource, so
     a task that asks for a share of one is never scheduled: the job would wait for ever at its first stage
     (the gpu profile under local[*] on a one-GPU machine). The plugin and spark-rapids-ml find the local GPU
     without those requests. A ``local-cluster[...]`` master is not local mode: its executors are real and keep
     the requests, as on any cluster."""
-    if not (master == "local" or master.startswith("local[")):
+    if not is_local_mode(master):
         return dict(props)
     local = {k: v for k, v in props.items() if k not in LOCAL_MODE_DROPPED}
     return {**local, **local_driver_memory(local, machine_memory_gib())}
-
-
-GPU_REQUESTS = ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount")
 
 
 def refuse_local_gpu_requests(master: str, extra_conf: list[str]) -> None:
@@ -92,9 +95,9 @@ def refuse_local_gpu_requests(master: str, extra_conf: list[str]) -> None:
     has no executor resources, so Spark fails to start ("No executor resource configs were specified for the
     following task configs: gpu"), or a task's share is never granted. ``for_master`` drops the profile's own
     requests; a user's are refused rather than dropped unseen."""
-    if not (master == "local" or master.startswith("local[")):
+    if not is_local_mode(master):
         return
-    asked = [kv.partition("=")[0].strip() for kv in extra_conf if kv.partition("=")[0].strip() in GPU_REQUESTS]
+    asked = [key for key in (kv.partition("=")[0].strip() for kv in extra_conf) if key in GPU_REQUESTS]
     if asked:
         raise SubmitError(f"{', '.join(asked)} asks for GPUs per task or executor, which local mode ({master}) "
                           "cannot grant: drop it (the plugin and spark-rapids-ml use this machine's GPU without "

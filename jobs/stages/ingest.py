@@ -77,10 +77,9 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
         raise UserError(f"input files under {data} changed while ingest read them, so bronze and quarantine may "
                         f"come from different contents: run ingest again once nothing writes to that folder")
 
-    # The quarantine's slice and the accounting both read the bronze just written, independently: side by side,
-    # the one's commit and the other's driver work leave no core idle; the slice's committed rows are checked
-    # against the accounting's count once both are done.
-    # Both under ingest's plugin settings (a session's settings are shared by its threads).
+    # The quarantine's slice and the accounting both read the bronze just written, independently: side by side
+    # (under ingest's plugin settings, which a session's threads share), the one's commit and the other's driver
+    # work leave no core idle; the slice's committed rows are checked against the accounting's count after both.
     expected = {ds: {f.name: n for f, n in layout.records.items()} for ds, layout in layouts.items()}
     with session_conf(spark, plugin_conf(spark)):
         done = together({
