@@ -430,3 +430,32 @@ def test_lines_the_parsed_records_do_not_explain_stop_the_stage_naming_the_file(
     # The same six lines are explained when one record spans three of them (two quoted line breaks).
     got = ingest.reconciled(files, {("events", "b.csv"): 2}, physical, sizes)
     assert got["events"]["files"]["b.csv"] == {"bytes": 100, "lines": 6, "blank_lines": 1}
+
+
+def test_a_line_of_spaces_a_nul_byte_and_a_last_record_without_newline_are_each_accounted_for(spark, tmp_path):
+    """A line of white space is a record of one field (not a blank line); a NUL byte is data, kept for clean's
+    checks; the file's last record needs no line end."""
+    events = (EVENTS_HEADER + "\n"
+              "E1,C1,2026-01-01 00:00:00,charge,1.00,web,n1\n"
+              "   \n"
+              "E2,C1,2026-01-01 00:00:00,charge,1\x00.00,web,a\x00b\n"
+              "E3,C1,2026-01-01 00:00:00,usage,2.00,app,last")
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": events})
+    lake = str(tmp_path / "lake")
+    record = ingest.run(spark, inp, lake)
+    bronze = spark.read.format("delta").load(f"{lake}/bronze/events").where(F.col("malformed").isNull())
+    assert sorted((r["event_id"], r["amount"], r["note"]) for r in bronze.collect()) == [
+        ("E1", "1.00", "n1"), ("E2", "1\x00.00", "a\x00b"), ("E3", "2.00", "last")]
+    q = spark.read.format("delta").load(f"{lake}/quarantine").collect()
+    assert [(r["record_number"], r["reason"], r["raw"]) for r in q] == [(1, "wrong_field_count", "   ")]
+    assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 4, "bronze": 3, "quarantined": 1}
+
+
+def test_a_file_of_blank_lines_only_is_refused_as_a_missing_header_and_nothing_is_written(spark, tmp_path):
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS, "events-00001.csv": "\n\n"})
+    with pytest.raises(UserError, match="events-00001.csv: header '' does not match the contract columns") as e:
+        ingest.run(spark, inp, str(tmp_path / "lake"))
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "lake").exists()
