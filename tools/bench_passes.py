@@ -1,7 +1,8 @@
 """The pipeline's stages ingest..score several times over one input in one Spark application, each pass into its
 own output folder: how much of a fresh application's time is the JVM warming up (class loading, the JIT compilers
 turning Spark's code and the generated code into machine code), which an application that runs many inputs, or a
-notebook's long-lived session, pays once. The passes run exactly as ``scripts/pipeline --input DIR`` runs them.
+notebook's long-lived session, pays once. Each pass runs its stages as ``scripts/pipeline --input DIR`` does
+(``Pipeline.run_stages``), without the report.
 
     scripts/submit tools/bench_passes.py --input DIR --out DIR [--passes 3]
 
@@ -16,7 +17,6 @@ import os
 
 from pyspark.sql import SparkSession
 
-from jobs import stages
 from jobs.run.pipeline import PIPELINE
 from jobs.run.runner import Runner
 
@@ -34,13 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     passes = []
     for n in range(1, a.passes + 1):
         args = PIPELINE.parse(["--input", a.input, "--out", os.path.join(a.out, f"pass-{n}")])
-        outputs: dict = {}
-        seconds = {}
-        for name in MEASURED:
-            derived = {**PIPELINE.layout(args), **outputs}
-            record = runner.run(stages.stage(name), PIPELINE.stage_args(name, args, derived), lake=derived["lake"])
-            outputs.update(record.extra.get("outputs", {}))
-            seconds[name] = record.seconds
+        records = PIPELINE.run_stages(runner, args, MEASURED)
+        seconds = {name: records[name].seconds for name in MEASURED}
         passes.append({"pass": n, "stages": seconds, "whole_s": round(sum(seconds.values()), 2)})
         print(f"bench_passes: pass {n}: " + ", ".join(f"{s} {t:.1f}" for s, t in seconds.items())
               + f"; whole run {passes[-1]['whole_s']:.1f} s", flush=True)

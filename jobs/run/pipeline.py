@@ -145,8 +145,16 @@ class Pipeline:
         # The stage records of an earlier run that stopped part-way must not pass for this run's in the report.
         for old in Path(self.layout(args)["lake"], "_stages").glob("*.json"):
             old.unlink()
+        self.run_stages(runner, args, self.names)
+        runner.line(f"finished: report at {runner.records['report'].extra['report']}")
+
+    def run_stages(self, runner, args: dict, names: tuple[str, ...]) -> dict:
+        """Runs the stages ``names`` (in this order) with the pipeline's ``args``, each stage given the outputs of
+        those before it; returns their records by stage name."""
+        spark = runner.spark
         outputs: dict = {}
-        for name in self.names:
+        records = {}
+        for name in names:
             if name == "generate" and args["input"] is not None:
                 continue
             if name in ("clean", "features"):
@@ -157,9 +165,9 @@ class Pipeline:
             if name == "report":
                 runner.plans.save(os.path.join(args["out"], "report", "gpu-fallbacks.json"))
             derived = {**self.layout(args), **outputs}
-            record = runner.run(stages.stage(name), self.stage_args(name, args, derived), lake=derived["lake"])
-            outputs.update(record.extra.get("outputs", {}))
-        runner.line(f"finished: report at {runner.records['report'].extra['report']}")
+            records[name] = runner.run(stages.stage(name), self.stage_args(name, args, derived), lake=derived["lake"])
+            outputs.update(records[name].extra.get("outputs", {}))
+        return records
 
 
 PIPELINE = Pipeline(stages.PIPELINE)
