@@ -23,6 +23,16 @@ def jobs() -> dict:
     return {**{name: stages.stage(name) for name in stages.MODULES}, PIPELINE.name: PIPELINE}
 
 
+def driver_jit_seconds(spark) -> float | None:
+    """The time the driver JVM's JIT compilers have spent so far (HotSpot's compilation counter: the sum over its
+    compiler threads), None where the JVM does not keep it. Under ``local[*]`` the driver runs every task, so a
+    stage's difference is the run's whole compilation for that stage; on a cluster the executors compile too."""
+    bean = spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+    if bean is None or not bean.isCompilationTimeMonitoringSupported():
+        return None
+    return bean.getTotalCompilationTime() / 1000
+
+
 def job_names() -> tuple[str, ...]:
     return (*stages.MODULES, "pipeline")
 
@@ -59,6 +69,7 @@ class Runner:
         started = time.perf_counter()
         lake = lake or args.get("lake")
         before = self.versions(stage, lake)
+        compiling = driver_jit_seconds(self.spark)
         try:
             with self.plans.stage(stage.name):
                 record = stage.work(self.spark, **stage.arguments(args))
@@ -66,6 +77,8 @@ class Runner:
             self.roll_back(stage, lake, before)
             raise
         record.seconds = round(time.perf_counter() - started, 2)
+        if compiling is not None:
+            record.extra["driver_jit_s"] = round(driver_jit_seconds(self.spark) - compiling, 2)
         if lake:
             record.extra["record_path"] = record.save(lake)
         detail = stage.describe(record)

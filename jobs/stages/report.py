@@ -33,7 +33,7 @@ def run(spark: SparkSession, out: str, data: str | None) -> StageRecord:
     report_dir.mkdir(parents=True, exist_ok=True)
     facts = gather(spark, lake, data)
     facts["gpu"] = _read_json(report_dir / "gpu-fallbacks.json")
-    facts["work"] = stage_work(spark, facts["timings"])
+    facts["work"] = stage_work(spark, facts["timings"], facts["stages"])
     plots = make_plots(spark, lake, facts, report_dir)
     (report_dir / "report.json").write_text(json.dumps(facts, indent=2, sort_keys=True, default=str))
     md = render_markdown(facts, plots)
@@ -86,16 +86,18 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
     }
 
 
-def stage_work(spark: SparkSession, timings: dict[str, float]) -> dict[str, dict]:
+def stage_work(spark: SparkSession, timings: dict[str, float], records: dict[str, dict | None]) -> dict[str, dict]:
     """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``; under a GPU
-    profile also its GPU operators' time, ``eventlog.gpu_operator_time``), for the stages with a record; empty
-    when the application keeps no local event log (scripts/pipeline always keeps one)."""
+    profile also its GPU operators' time, ``eventlog.gpu_operator_time``) and, from its record, the driver JVM's
+    compilers' time during it (``runner.driver_jit_seconds``), for the stages with a record; empty when the
+    application keeps no local event log (scripts/pipeline always keeps one)."""
     log = eventlog.running_log(spark)
     if log is None:
         return {}
     work, gpu = eventlog.stage_work(log), eventlog.gpu_operator_time(log)
-    return {stage: {"seconds": secs, **work[stage], **gpu.get(stage, {})} for stage, secs in timings.items()
-            if stage in work}
+    return {stage: {"seconds": secs, **work[stage], **gpu.get(stage, {}),
+                    "driver_jit_s": ((records.get(stage) or {}).get("extra") or {}).get("driver_jit_s")}
+            for stage, secs in timings.items() if stage in work}
 
 
 def duplicates_removed(clean: dict | None) -> dict[str, int]:
@@ -297,13 +299,18 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
                   "Each stage's Spark work, summed over its tasks (Spark's event log): task time beside the stage's "
                   "wall time shows how busy the cores were; rows and bytes in are what its tasks read from files, "
                   "tables and kept blocks (clean's materialised frames; each training iteration reads its cached "
-                  "data again), out what it wrote; shuffle and spill in MiB.", "",
-                  "| stage | seconds | jobs | tasks | task s | GC s | rows in | rows out | MiB in | MiB out | "
-                  "shuffle read | shuffle written | spilled |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "data again), out what it wrote; shuffle and spill in MiB. Driver JIT is the time the driver "
+                  "JVM's compilers spent during the stage, beside its tasks (under a local master the driver runs "
+                  "every task, so it is the run's whole compilation: a fresh application pays it once, most in "
+                  "its first stages; on a cluster the executors compile too, unseen here).", "",
+                  "| stage | seconds | jobs | tasks | task s | GC s | driver JIT s | rows in | rows out | MiB in | "
+                  "MiB out | shuffle read | shuffle written | spilled |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for stage, w in f["work"].items():
+            jit = "" if w.get("driver_jit_s") is None else f"{w['driver_jit_s']:.1f}"
             lines.append(f"| {stage} | {w['seconds']:.1f} | {w['jobs']:,} | {w['tasks']:,} | {w['task_s']:.1f} | "
-                         f"{w['gc_s']:.1f} | {w['input_rows']:,} | {w['output_rows']:,} | {mib(w['input_bytes'])} | "
+                         f"{w['gc_s']:.1f} | {jit} | {w['input_rows']:,} | {w['output_rows']:,} | "
+                         f"{mib(w['input_bytes'])} | "
                          f"{mib(w['output_bytes'])} | {mib(w['shuffle_read_bytes'])} | "
                          f"{mib(w['shuffle_write_bytes'])} | {mib(w['spill_bytes'])} |")
         if "work" in plots:

@@ -89,10 +89,13 @@ def test_report_numbers_equal_the_delta_tables(compared):
     assert set(work) == {"ingest", "clean", "features", "train", "score"}, sorted(work)
     for stage, w in work.items():
         assert w["jobs"] > 0 and w["tasks"] > 0 and w["task_s"] > 0, (stage, w)
+        assert 0 <= w["driver_jit_s"] <= w["seconds"] * os.cpu_count(), (stage, w)   # the compilers' share of it
+    assert work["ingest"]["driver_jit_s"] > 0, "a fresh driver compiles Spark's code in its first stage"
     assert work["ingest"]["input_bytes"] >= sum(a["bytes"] for a in report["accounting"].values())
     assert work["clean"]["shuffle_write_bytes"] > 0 and work["clean"]["output_rows"] >= sum(
         report["tables"][f"silver_{ds}"]["rows"] for ds in ("customers", "events"))
     assert "## Where the time goes" in md and f"| clean | {work['clean']['seconds']:.1f} | {work['clean']['jobs']:,} |" in md
+    assert f"| {work['clean']['gc_s']:.1f} | {work['clean']['driver_jit_s']:.1f} |" in md
     page = (run / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 5  # ROC, PR, lift, coefficients, stage work inlined
     assert list((run / "eventlog").iterdir()), "Spark event log kept for the history server"
