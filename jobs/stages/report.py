@@ -310,8 +310,7 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
             jit = "" if w.get("driver_jit_s") is None else f"{w['driver_jit_s']:.1f}"
             lines.append(f"| {stage} | {w['seconds']:.1f} | {w['jobs']:,} | {w['tasks']:,} | {w['task_s']:.1f} | "
                          f"{w['gc_s']:.1f} | {jit} | {w['input_rows']:,} | {w['output_rows']:,} | "
-                         f"{mib(w['input_bytes'])} | "
-                         f"{mib(w['output_bytes'])} | {mib(w['shuffle_read_bytes'])} | "
+                         f"{mib(w['input_bytes'])} | {mib(w['output_bytes'])} | {mib(w['shuffle_read_bytes'])} | "
                          f"{mib(w['shuffle_write_bytes'])} | {mib(w['spill_bytes'])} |")
         if "work" in plots:
             lines += ["", f"![Where the time goes]({plots['work']})"]
