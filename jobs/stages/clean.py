@@ -177,7 +177,7 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
     plans.observe(df, scratch)   # the classification's plan, for the GPU plan collector (its later readers scan files)
     df.write.mode("overwrite").parquet(scratch)
     free_shuffle_files(spark)
-    return spark.read.parquet(scratch)
+    return spark.read.schema(df.schema).parquet(scratch)   # the schema known: no Spark job to infer it from a footer
 
 
 def materialise_mode(spark: SparkSession) -> str:
