@@ -96,61 +96,10 @@ def ranking_areas_of(df: DataFrame, probabilities: Sequence[str], label: str = L
     return areas
 
 
-def log_loss(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY) -> float:
-    return float(df.agg(_log_loss_column(label, probability)).first()["log_loss"])
-
-
 def _log_loss_column(label: str, probability: str) -> Column:
     p = F.least(F.greatest(F.col(probability), F.lit(EPS)), F.lit(1.0 - EPS))
     y = F.col(label)
     return F.avg(-(y * F.log(p) + (F.lit(1.0) - y) * F.log(F.lit(1.0) - p))).alias("log_loss")
-
-
-def at_threshold(df: DataFrame, threshold: float, label: str = LABEL, probability: str = PROBABILITY) -> dict:
-    """Confusion counts, precision, recall and F1 when ``probability >= threshold`` predicts churn."""
-    return _at_threshold_from(df.agg(*_confusion_columns(threshold, label, probability)).first(), threshold)
-
-
-def _confusion_columns(threshold: float, label: str, probability: str) -> list[Column]:
-    predicted = F.col(probability) >= F.lit(threshold)
-    actual = F.col(label) == F.lit(1.0)
-    cells = {"tp": predicted & actual, "fp": predicted & ~actual, "fn": ~predicted & actual, "tn": ~predicted & ~actual}
-    return [F.sum(F.when(cell, 1).otherwise(0)).alias(name) for name, cell in cells.items()]
-
-
-def _at_threshold_from(row, threshold: float) -> dict:
-    tp, fp, fn, tn = (int(row[k] or 0) for k in ("tp", "fp", "fn", "tn"))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"threshold": threshold, "tp": tp, "fp": fp, "fn": fn, "tn": tn,
-            "precision": precision, "recall": recall, "f1": f1}
-
-
-def best_f1_threshold(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY,
-                      grid: int = 100) -> tuple[float, float]:
-    """The threshold (among the 1/grid .. (grid-1)/grid quantiles of ``probability``) with the highest F1,
-    and that F1: one aggregation for the quantiles, one for every candidate's counts."""
-    fractions = [k / grid for k in range(1, grid)]
-    quantiles = df.agg(F.percentile_approx(probability, fractions, QUANTILE_ACCURACY).alias("q")).first()["q"]
-    candidates = sorted(set(float(q) for q in quantiles or [] if q is not None))
-    if not candidates:
-        return 0.5, 0.0
-    actual = F.col(label) == F.lit(1.0)
-    aggs = [F.sum(actual.cast("long")).alias("pos")]
-    for i, t in enumerate(candidates):
-        predicted = F.col(probability) >= F.lit(t)
-        aggs.append(F.sum(predicted.cast("long")).alias(f"pp{i}"))
-        aggs.append(F.sum((predicted & actual).cast("long")).alias(f"tp{i}"))
-    row = df.agg(*aggs).first()
-    pos = row["pos"] or 0
-    best = (candidates[0], -1.0)
-    for i, t in enumerate(candidates):
-        denominator = (row[f"pp{i}"] or 0) + pos
-        f1 = 2 * (row[f"tp{i}"] or 0) / denominator if denominator else 0.0
-        if f1 > best[1]:
-            best = (t, f1)
-    return best
 
 
 def decile_boundaries(df: DataFrame, probability: str = PROBABILITY) -> list[float]:
@@ -164,28 +113,17 @@ def decile(probability: Column, boundaries: list[float]) -> Column:
     return sum((F.when(probability > F.lit(b), 1).otherwise(0) for b in boundaries), F.lit(1)).cast("int")
 
 
-def calibration_by_decile(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY,
-                          boundaries: list[float] | None = None) -> list[dict]:
-    """Per decile of predicted probability: rows, mean predicted probability, observed churn rate."""
-    boundaries = decile_boundaries(df, probability) if boundaries is None else boundaries
-    rows = (df.groupBy(decile(F.col(probability), boundaries).alias("decile"))
-              .agg(F.count(F.lit(1)).alias("n"), F.avg(probability).alias("mean_predicted"),
-                   F.avg(F.col(label)).alias("observed_rate"))
-              .orderBy("decile").collect())  # ten rows, one per decile
-    return [{"decile": r["decile"], "n": r["n"], "mean_predicted": float(r["mean_predicted"]),
-             "observed_rate": float(r["observed_rate"])} for r in rows]
-
-
-def lift_top_decile(df: DataFrame, label: str = LABEL, probability: str = PROBABILITY,
-                    boundaries: list[float] | None = None) -> float:
-    """Churn rate among the rows in decile 10 divided by the overall churn rate (1.0 = no better than random)."""
-    boundaries = decile_boundaries(df, probability) if boundaries is None else boundaries
-    return _lift_from(df.agg(*_lift_columns(label, probability, boundaries)).first())
-
-
 def _lift_columns(label: str, probability: str, boundaries: list[float]) -> list[Column]:
     top = F.col(probability) > F.lit(boundaries[-1])
     return [F.avg(label).alias("rate"), F.avg(F.when(top, F.col(label))).alias("top_rate")]
+
+
+def _at_threshold_counts(threshold: float, tp: int, fp: int, fn: int, tn: int) -> dict:
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"threshold": threshold, "tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": precision, "recall": recall, "f1": f1}
 
 
 def _lift_from(row) -> float:
@@ -194,22 +132,63 @@ def _lift_from(row) -> float:
     return float(row["top_rate"]) / float(row["rate"])
 
 
-def all_metrics(df: DataFrame, threshold: float, label: str = LABEL, probability: str = PROBABILITY) -> dict:
-    """Every metric above, for the run record: ranking, probability quality, and decisions at ``threshold``.
-    Four scans of ``df`` (quantiles, ranking areas, calibration, and one aggregation for log loss, the
-    confusion counts, lift, base rate and rows), not one per metric: each scan is a Spark job whose fixed cost
-    (~0.3-0.8 s) is most of a metric's time at a few hundred thousand test rows."""
-    boundaries = decile_boundaries(df, probability)
-    roc, pr = ranking_areas(df, label, probability)
-    row = df.agg(_log_loss_column(label, probability), *_confusion_columns(threshold, label, probability),
-                 *_lift_columns(label, probability, boundaries), F.count(F.lit(1)).alias("rows")).first()
-    return {
+THRESHOLD_GRID = 100  # threshold candidates: the 1/100 .. 99/100 quantiles of the tuning part's probabilities
+DECILE_STEP = THRESHOLD_GRID // 10  # the deciles are every tenth of those quantiles
+
+
+def tuned_metrics(df: DataFrame, part: str, tune: str, test: str, label: str = LABEL,
+                  probability: str = PROBABILITY) -> tuple[float, float, dict]:
+    """(threshold, its F1 on ``tune``, every metric of ``test`` at it) for a frame whose column ``part`` names each
+    row's part: the threshold with the highest F1 among the 1%..99% quantiles of the ``tune`` rows' probabilities,
+    then on the ``test`` rows the ranking areas, log loss, the decisions at the threshold, lift and calibration by
+    decile. Three scans of ``df`` whatever the metrics (each a Spark job whose fixed cost is most of a metric's time
+    at a few hundred thousand rows): the quantiles of both parts (the test's deciles are every tenth of its
+    quantiles), one aggregation per part holding every candidate's counts and the other metrics (the test's
+    decisions at the chosen threshold are its counts at that candidate), and the test's ranking areas."""
+    fractions = [k / THRESHOLD_GRID for k in range(1, THRESHOLD_GRID)]
+    quantiles = {r[part]: r["q"] for r in df.groupBy(part).agg(
+        F.percentile_approx(probability, fractions, QUANTILE_ACCURACY).alias("q")).collect()}  # one row a part
+    if not quantiles.get(test):
+        raise ValueError(f"no scored rows of part {test!r} to measure")
+    candidates = sorted(set(float(q) for q in quantiles.get(tune) or [] if q is not None)) or [0.5]
+    boundaries = [float(quantiles[test][k * DECILE_STEP - 1]) for k in range(1, 10)]
+
+    p, y = F.col(probability), F.col(label)
+    actual = y == F.lit(1.0)
+    aggs = [F.count(F.lit(1)).alias("rows"), F.sum(actual.cast("long")).alias("pos"),
+            _log_loss_column(label, probability), *_lift_columns(label, probability, boundaries)]
+    for i, t in enumerate(candidates):
+        predicted = p >= F.lit(t)
+        aggs += [F.sum(predicted.cast("long")).alias(f"pp{i}"), F.sum((predicted & actual).cast("long")).alias(f"tp{i}")]
+    for d in range(1, 11):
+        inside = F.col("_decile") == F.lit(d)
+        aggs += [F.sum(inside.cast("long")).alias(f"n{d}"), F.sum(F.when(inside, p)).alias(f"sp{d}"),
+                 F.sum(F.when(inside, y)).alias(f"sy{d}")]
+    rows = df.withColumn("_decile", decile(p, boundaries))
+    found = {r[part]: r for r in rows.groupBy(part).agg(*aggs).collect()}  # one row a part
+
+    def f1(row, i: int) -> float:
+        denominator = (row[f"pp{i}"] or 0) + (row["pos"] or 0)
+        return 2 * (row[f"tp{i}"] or 0) / denominator if denominator else 0.0
+
+    chosen, best = 0, -1.0
+    if tune in found:
+        for i in range(len(candidates)):
+            if f1(found[tune], i) > best:
+                chosen, best = i, f1(found[tune], i)
+    threshold, tune_f1 = candidates[chosen], max(best, 0.0)
+    row = found[test]
+    tp, predicted, pos, n = (int(row[k] or 0) for k in (f"tp{chosen}", f"pp{chosen}", "pos", "rows"))
+    roc, pr = ranking_areas(df.where(F.col(part) == F.lit(test)), label, probability)
+    calibration = [{"decile": d, "n": row[f"n{d}"], "mean_predicted": float(row[f"sp{d}"]) / row[f"n{d}"],
+                    "observed_rate": float(row[f"sy{d}"]) / row[f"n{d}"]} for d in range(1, 11) if row[f"n{d}"]]
+    return threshold, tune_f1, {
         "roc_auc": roc,
         "pr_auc": pr,
         "log_loss": float(row["log_loss"]),
-        "at_threshold": _at_threshold_from(row, threshold),
+        "at_threshold": _at_threshold_counts(threshold, tp, predicted - tp, pos - tp, n - predicted - (pos - tp)),
         "lift_top_decile": _lift_from(row),
-        "calibration_by_decile": calibration_by_decile(df, label, probability, boundaries),
+        "calibration_by_decile": calibration,
         "base_rate": float(row["rate"]),
-        "rows": int(row["rows"]),
+        "rows": n,
     }

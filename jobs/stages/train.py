@@ -88,14 +88,13 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None, reg
         fitted = trainer.fit_grid(split.where(F.col("split") == "train").select(contract.LABEL, *contract.FEATURES),
                                   grid)
     print(f"train: {len(grid)} model(s) fitted in {timings['fit_grid']:.1f}s ({fitted[0].implementation})")
-    validation, test = (split.where(F.col("split") == part) for part in ("validation", "test"))
     with timed(timings, "validation_aucs"):
-        candidates = validated(grid, fitted, validation)
+        candidates = validated(grid, fitted, split.where(F.col("split") == "validation"))
     best = choose(candidates)
     model: estimators.FittedLogisticRegression = best["model"]
     timings["fit_and_tune"] = round(time.time() - started, 3)
     with timed(timings, "evaluate"):
-        threshold, validation_f1, test_metrics = evaluated(model, validation, test)
+        threshold, validation_f1, test_metrics = evaluated(model, split)
 
     run_dir = os.path.join(models_dir, run_id)
     run_info = {
@@ -187,15 +186,16 @@ def validated(grid: list[dict], fitted: list, validation: DataFrame) -> list[dic
     return candidates
 
 
-def evaluated(model, validation: DataFrame, test: DataFrame) -> tuple[float, float, dict]:
-    """The F1-best threshold on validation, its F1 there, and every test metric at it."""
-    validation_scored = scored(validation, model).cache()
-    threshold, validation_f1 = evaluate.best_f1_threshold(validation_scored)
-    validation_scored.unpersist()
-    test_scored = scored(test, model).cache()
-    test_metrics = evaluate.all_metrics(test_scored, threshold)
-    test_scored.unpersist()
-    return threshold, validation_f1, test_metrics
+def evaluated(model, split: DataFrame) -> tuple[float, float, dict]:
+    """The F1-best threshold on validation, its F1 there, and every test metric at it: the two parts' labels and
+    probabilities kept once (three columns), then ``evaluate.tuned_metrics``'s three scans of them."""
+    parts = (split.where(F.col("split").isin("validation", "test"))
+             .select("split", F.col(contract.LABEL).alias(evaluate.LABEL), model.probability().alias(evaluate.PROBABILITY))
+             .cache())
+    try:
+        return evaluate.tuned_metrics(parts, "split", "validation", "test")
+    finally:
+        parts.unpersist()
 
 
 def choose(candidates: list[dict]) -> dict:
@@ -225,10 +225,6 @@ def extract(spark: SparkSession, lake: str) -> tuple[DataFrame, int]:
     if missing:
         raise UserError(f"gold table {path} lacks columns {', '.join(missing)}: rebuild it with the features stage")
     return gold, version
-
-
-def scored(df: DataFrame, model: estimators.FittedLogisticRegression) -> DataFrame:
-    return df.select(F.col(contract.LABEL).alias(evaluate.LABEL), model.probability().alias(evaluate.PROBABILITY))
 
 
 def default_run_id(fingerprint: str, params: dict) -> str:

@@ -82,54 +82,57 @@ def test_ranking_areas_of_several_columns_in_one_pass(spark):
     assert aucs[0] == pytest.approx((0.75, 0.5 + 0.5 * (0.5 + 2 / 3) / 2)) and all(math.isnan(x) for x in aucs[1])
 
 
-def test_log_loss(spark):
-    expected = -(math.log(0.9) + math.log(0.6) + math.log(0.35) + math.log(0.8)) / 4  # = 0.47228...
-    assert evaluate.log_loss(predictions(spark, FOUR)) == pytest.approx(expected)
-    # A certain mistake is clipped, not infinite.
-    assert evaluate.log_loss(predictions(spark, [(1.0, 0.0)])) == pytest.approx(-math.log(1e-15))
-
-
-def test_precision_recall_f1_at_threshold(spark):
-    got = evaluate.at_threshold(predictions(spark, FOUR), 0.5)
-    assert {k: got[k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 1, "fp": 0, "fn": 1, "tn": 2}
-    assert (got["precision"], got["recall"]) == (1.0, 0.5)
-    assert got["f1"] == pytest.approx(2 / 3)
-
-
-def test_best_f1_threshold(spark):
-    # Thresholds: 0.1 -> F1 2*2/(4+2) = .667; 0.35 -> 2*2/(3+2) = .8; 0.4 -> 2*1/(2+2) = .5; 0.8 -> 2/3.
-    threshold, f1 = evaluate.best_f1_threshold(predictions(spark, FOUR))
-    assert threshold == pytest.approx(0.35)
-    assert f1 == pytest.approx(0.8)
+def parts(spark, tune, test):
+    """A frame of two parts: ``tune`` (threshold chosen there) and ``test`` (measured there)."""
+    return spark.createDataFrame([("v", y, p) for y, p in tune] + [("t", y, p) for y, p in test],
+                                 "part string, label double, probability double")
 
 
 TEN = [(1.0 if p in (0.95, 0.65, 0.25) else 0.0, p) for p in (0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95)]
 
 
-def test_deciles_lift_and_calibration(spark):
-    df = predictions(spark, TEN)
-    assert evaluate.decile_boundaries(df) == pytest.approx([0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85])
-    # Top decile: the 0.95 row, churned -> rate 1 against 3/10 overall.
-    assert evaluate.lift_top_decile(df) == pytest.approx(1 / 0.3)
-    calibration = evaluate.calibration_by_decile(df)
-    assert [c["decile"] for c in calibration] == list(range(1, 11))
-    assert [c["n"] for c in calibration] == [1] * 10
-    assert [c["mean_predicted"] for c in calibration] == pytest.approx([p for _, p in TEN])
-    assert [c["observed_rate"] for c in calibration] == [y for y, _ in TEN]
+def test_threshold_is_the_tune_parts_best_f1(spark):
+    # FOUR's thresholds: 0.1 -> F1 2*2/(4+2) = .667; 0.35 -> 2*2/(3+2) = .8; 0.4 -> 2*1/(2+2) = .5; 0.8 -> 2/3.
+    threshold, f1, _ = evaluate.tuned_metrics(parts(spark, FOUR, TEN), "part", "v", "t")
+    assert threshold == pytest.approx(0.35)
+    assert f1 == pytest.approx(0.8)
 
 
-def test_all_metrics_from_their_fused_scans(spark):
-    # all_metrics computes log loss, the confusion counts, lift, base rate and rows in one aggregation: the same
-    # numbers as the one-metric functions, worked out by hand for TEN (churners at 0.25, 0.65 and 0.95).
-    got = evaluate.all_metrics(predictions(spark, TEN), 0.5)
-    # predicted (>= 0.5): 0.55 0.65 0.75 0.85 0.95 -> tp 0.65 0.95, fp 0.55 0.75 0.85; fn 0.25; tn the other four
-    assert {k: got["at_threshold"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 2, "fp": 3, "fn": 1, "tn": 4}
-    assert got["at_threshold"]["f1"] == pytest.approx(2 * 0.4 * (2 / 3) / (0.4 + 2 / 3))
+def test_test_part_metrics_at_the_tuned_threshold(spark):
+    # Tuned on FOUR (threshold 0.35), measured on TEN (churners at 0.25, 0.65 and 0.95), FOUR's rows counting
+    # nowhere in the test's figures.
+    _, _, got = evaluate.tuned_metrics(parts(spark, FOUR, TEN), "part", "v", "t")
+    # predicted (>= 0.35): 0.35 .. 0.95 -> tp 0.65 0.95; fp 0.35 0.45 0.55 0.75 0.85; fn 0.25; tn 0.05 0.15
+    assert {k: got["at_threshold"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 2, "fp": 5, "fn": 1, "tn": 2}
+    assert (got["at_threshold"]["precision"], got["at_threshold"]["recall"]) == (pytest.approx(2 / 7), pytest.approx(2 / 3))
+    assert got["at_threshold"]["f1"] == pytest.approx(2 * (2 / 7) * (2 / 3) / (2 / 7 + 2 / 3))
     expected_log_loss = -(math.log(0.25) + math.log(0.65) + math.log(0.95)
                           + sum(math.log(1 - p) for p in (0.05, 0.15, 0.35, 0.45, 0.55, 0.75, 0.85))) / 10
     assert got["log_loss"] == pytest.approx(expected_log_loss)
     # positive/negative pairs ranked right: 0.25 beats 2 negatives, 0.65 beats 5, 0.95 all 7 -> 14 of 21
     assert got["roc_auc"] == pytest.approx(14 / 21)
     assert (got["rows"], got["base_rate"]) == (10, pytest.approx(0.3))
+    # Deciles of TEN's own probabilities (boundaries 0.05, 0.15, ..., 0.85): one row each, the 0.95 row on top,
+    # churned -> lift 1 / 0.3.
     assert got["lift_top_decile"] == pytest.approx(1 / 0.3)
-    assert [c["n"] for c in got["calibration_by_decile"]] == [1] * 10
+    calibration = got["calibration_by_decile"]
+    assert [c["decile"] for c in calibration] == list(range(1, 11))
+    assert [c["n"] for c in calibration] == [1] * 10
+    assert [c["mean_predicted"] for c in calibration] == pytest.approx([p for _, p in TEN])
+    assert [c["observed_rate"] for c in calibration] == [y for y, _ in TEN]
+
+
+def test_a_certain_mistake_costs_a_clipped_log_loss(spark):
+    _, _, got = evaluate.tuned_metrics(parts(spark, FOUR, [(1.0, 0.0), (0.0, 0.0)]), "part", "v", "t")
+    assert got["log_loss"] == pytest.approx(-math.log(1e-15) / 2)
+    assert {k: got["at_threshold"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 0, "fp": 0, "fn": 1, "tn": 1}
+
+
+def test_deciles_of_a_frame(spark):
+    assert evaluate.decile_boundaries(predictions(spark, TEN)) == \
+        pytest.approx([0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85])
+
+
+def test_tuned_metrics_need_test_rows(spark):
+    with pytest.raises(ValueError, match="no scored rows of part 't'"):
+        evaluate.tuned_metrics(parts(spark, FOUR, []), "part", "v", "t")
