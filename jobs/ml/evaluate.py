@@ -171,22 +171,19 @@ def tuned_metrics(df: DataFrame, part: str, tune: str, test: str, label: str = L
         denominator = (row[f"pp{i}"] or 0) + (row["pos"] or 0)
         return 2 * (row[f"tp{i}"] or 0) / denominator if denominator else 0.0
 
-    chosen, best = 0, -1.0
-    if tune in found:
-        for i in range(len(candidates)):
-            if f1(found[tune], i) > best:
-                chosen, best = i, f1(found[tune], i)
-    threshold, tune_f1 = candidates[chosen], max(best, 0.0)
+    scores = [f1(found[tune], i) if tune in found else 0.0 for i in range(len(candidates))]
+    chosen = max(range(len(candidates)), key=scores.__getitem__)   # the first (lowest) threshold of the best F1
     row = found[test]
     tp, predicted, pos, n = (int(row[k] or 0) for k in (f"tp{chosen}", f"pp{chosen}", "pos", "rows"))
+    fn = pos - tp
     roc, pr = ranking_areas(df.where(F.col(part) == F.lit(test)), label, probability)
     calibration = [{"decile": d, "n": row[f"n{d}"], "mean_predicted": float(row[f"sp{d}"]) / row[f"n{d}"],
                     "observed_rate": float(row[f"sy{d}"]) / row[f"n{d}"]} for d in range(1, 11) if row[f"n{d}"]]
-    return threshold, tune_f1, {
+    return candidates[chosen], scores[chosen], {
         "roc_auc": roc,
         "pr_auc": pr,
         "log_loss": float(row["log_loss"]),
-        "at_threshold": _at_threshold_counts(threshold, tp, predicted - tp, pos - tp, n - predicted - (pos - tp)),
+        "at_threshold": _at_threshold_counts(candidates[chosen], tp, predicted - tp, fn, n - predicted - fn),
         "lift_top_decile": _lift_from(row),
         "calibration_by_decile": calibration,
         "base_rate": float(row["rate"]),

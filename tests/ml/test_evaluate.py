@@ -122,6 +122,17 @@ def test_test_part_metrics_at_the_tuned_threshold(spark):
     assert [c["observed_rate"] for c in calibration] == [y for y, _ in TEN]
 
 
+def test_four_points_tuned_and_measured_on_themselves(spark):
+    # FOUR at its own best threshold 0.35: predicted 0.35 0.4 0.8 -> tp 0.35 0.8, fp 0.4; fn none; tn 0.1.
+    _, _, got = evaluate.tuned_metrics(parts(spark, FOUR, FOUR), "part", "v", "t")
+    assert {k: got["at_threshold"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 2, "fp": 1, "fn": 0, "tn": 1}
+    assert (got["at_threshold"]["precision"], got["at_threshold"]["recall"]) == (pytest.approx(2 / 3), 1.0)
+    assert got["at_threshold"]["f1"] == pytest.approx(0.8)
+    expected = -(math.log(0.9) + math.log(0.6) + math.log(0.35) + math.log(0.8)) / 4  # = 0.47228...
+    assert got["log_loss"] == pytest.approx(expected)
+    assert got["roc_auc"] == pytest.approx(0.75)
+
+
 def test_a_certain_mistake_costs_a_clipped_log_loss(spark):
     _, _, got = evaluate.tuned_metrics(parts(spark, FOUR, [(1.0, 0.0), (0.0, 0.0)]), "part", "v", "t")
     assert got["log_loss"] == pytest.approx(-math.log(1e-15) / 2)
