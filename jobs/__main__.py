@@ -50,11 +50,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def stop_spark() -> None:
+    """Stops the job's SparkSession if one is active. A failure to stop changes nothing of the job's outcome (its
+    code is already known): a context that Spark is stopping by itself in another thread (a standalone master that
+    never answered) can fail the call half-way."""
     from pyspark.sql import SparkSession
 
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        session.stop()
+    try:
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+    except Exception as e:  # py4j's error from a context already going down
+        print(f"warning: stopping Spark after the job failed: {str(e).strip().splitlines()[0][:200]}",
+              file=sys.stderr)
 
 
 def exit_jvm(code: int) -> None:

@@ -26,9 +26,23 @@ def get_spark(app_name: str) -> SparkSession:
         spark = SparkSession.builder.appName(app_name).getOrCreate()
     except Exception as e:  # py4j's error from the JVM: the context could not start
         raise UserError(start_failure(e)) from None
-    preload_gpu_libraries(spark)
-    wait_for_executors(spark)
+    try:
+        preload_gpu_libraries(spark)
+        wait_for_executors(spark)
+    except UserError:
+        raise
+    except Exception:  # the context went down under these first calls: Spark gave up on the master meanwhile
+        if not context_stopped(spark):
+            raise
+        raise UserError(f"{MASTER_UNREACHABLE} ({spark.sparkContext.master})") from None
     return spark
+
+
+def context_stopped(spark: SparkSession) -> bool:
+    try:
+        return bool(spark.sparkContext._jsc.sc().isStopped())
+    except Exception:  # the gateway itself gone
+        return False
 
 
 MASTER_UNREACHABLE = ("the Spark master could not be reached (Spark gave up registering the application after "
@@ -67,7 +81,7 @@ def wait_for_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
                         f"or with --conf (0 waits for ever)") from None
     deadline = time.monotonic() + limit
     while registered_executors(spark) < 1:
-        if spark.sparkContext._jsc.sc().isStopped():  # a standalone master that never answered: Spark gave up
+        if context_stopped(spark):  # a standalone master that never answered: Spark gave up
             raise UserError(f"{MASTER_UNREACHABLE} ({spark.sparkContext.master})")
         if limit > 0 and time.monotonic() > deadline:
             gpus = float(conf.get("spark.executor.resource.gpu.amount", "0") or "0")
