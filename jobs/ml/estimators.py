@@ -278,13 +278,14 @@ class FittedLogisticRegression:
     intercept: float
     implementation: str
     spark_model: Any  # pyspark.ml.classification.LogisticRegressionModel (plain, CPU-loadable)
+    iterations: int | None = None  # the solver's iterations in the fit (None: a model loaded, not fitted here)
 
     @classmethod
     def from_model(cls, model: Any, feature_cols: Sequence[str], impl: str) -> "FittedLogisticRegression":
         plain = model.cpu() if hasattr(model, "cpu") else model
         plain.setFeaturesCol(VECTOR_COL)
         return cls(tuple(feature_cols), tuple(float(c) for c in plain.coefficients), float(plain.intercept),
-                   impl, plain)
+                   impl, plain, solver_iterations(model))
 
     def margin(self) -> Column:
         terms = [F.col(c) * F.lit(w) for c, w in zip(self.feature_cols, self.coefficients)]
@@ -305,6 +306,15 @@ class FittedLogisticRegression:
         assembler = VectorAssembler(inputCols=list(self.feature_cols), outputCol=VECTOR_COL, handleInvalid="error")
         PipelineModel(stages=[assembler, self.spark_model]).write().overwrite().save(path)
         return path
+
+
+def solver_iterations(model: Any) -> int | None:
+    """Iterations the fit's solver ran: cuML's quasi-Newton (spark-rapids-ml's ``num_iters``) or MLlib's L-BFGS
+    (its training summary's ``totalIterations``); None for a model without either (loaded from disk)."""
+    iterations = getattr(model, "num_iters", None)
+    if iterations is None and getattr(model, "hasSummary", False):
+        iterations = model.summary.totalIterations
+    return None if iterations is None else int(iterations)
 
 
 def balanced_sum(terms: Sequence[Column]) -> Column:

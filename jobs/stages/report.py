@@ -338,6 +338,7 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
                 lines.append(f"| {k} | {v:.4f} |")
         if oracle:
             lines.append(f"| oracle ROC AUC (true churn probabilities) | {oracle:.4f} |")
+        lines += candidate_rows(m)
         for key, title in (("roc", "ROC"), ("pr", "Precision-recall"), ("lift", "Lift"),
                            ("coefficients", "Coefficients")):
             if key in plots:
@@ -354,6 +355,24 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
               "`.venv/bin/spark-class org.apache.spark.deploy.history.HistoryServer` with "
               "`spark.history.fs.logDirectory` set to it opens the run in Spark's history UI.", ""]
     return "\n".join(lines)
+
+
+def candidate_rows(run: dict) -> list[str]:
+    """The tuning grid's models as a table: validation ROC AUC, the solver's iterations (and whether they stopped at
+    max_iter rather than converging), and which one train chose (docs/model.md)."""
+    tuning = run.get("tuning") or []
+    if not tuning:
+        return []
+    chosen = (run.get("params") or {}).get("chosen") or {}
+    lines = ["", "| candidate (validation split) | validation ROC AUC | iterations | chosen |",
+             "| --- | ---: | ---: | --- |"]
+    for c in tuning:
+        iterations = "" if c.get("iterations") is None else (
+            f"{c['iterations']}" + (" (max_iter reached)" if c.get("max_iter_reached") else ""))
+        pick = all(c.get(k) == chosen.get(k) for k in ("regParam", "elasticNetParam"))
+        lines.append(f"| regParam {c['regParam']}, elasticNetParam {c['elasticNetParam']} | "
+                     f"{c['validation_roc_auc']:.4f} | {iterations} | {'yes' if pick else ''} |")
+    return lines
 
 
 def render_html(md: str, report_dir: Path, plots: dict[str, str]) -> str:

@@ -89,7 +89,7 @@ def run(spark: SparkSession, lake: str, models_dir: str, run_id: str | None, reg
                                   grid)
     print(f"train: {len(grid)} model(s) fitted in {timings['fit_grid']:.1f}s ({fitted[0].implementation})")
     with timed(timings, "validation_aucs"):
-        candidates = validated(grid, fitted, split.where(F.col("split") == "validation"))
+        candidates = validated(grid, fitted, split.where(F.col("split") == "validation"), max_iter)
     best = choose(candidates)
     model: estimators.FittedLogisticRegression = best["model"]
     timings["fit_and_tune"] = round(time.time() - started, 3)
@@ -172,17 +172,21 @@ def split_counts(split: DataFrame) -> tuple[dict[str, int], str]:
     return counts, digest.hexdigest()[:12]
 
 
-def validated(grid: list[dict], fitted: list, validation: DataFrame) -> list[dict]:
-    """Every model's validation AUC, from one scan of the validation rows."""
+def validated(grid: list[dict], fitted: list, validation: DataFrame, max_iter: int) -> list[dict]:
+    """Every model's validation AUC, from one scan of the validation rows, with its solver's iterations and whether
+    they reached ``max_iter`` (the fit stopped there, not at ``tol``)."""
     probabilities = [f"p{i}" for i in range(len(fitted))]
     areas = evaluate.ranking_areas_of(
         validation.select(F.col(contract.LABEL), *[m.probability().alias(c) for m, c in zip(fitted, probabilities)]),
         probabilities, contract.LABEL)
     candidates = []
     for overrides, model, (auc, _) in zip(grid, fitted, areas):
-        candidates.append({**overrides, "validation_roc_auc": auc, "model": model})
+        reached = None if model.iterations is None else model.iterations >= max_iter
+        candidates.append({**overrides, "validation_roc_auc": auc, "iterations": model.iterations,
+                           "max_iter_reached": reached, "model": model})
         print(f"train: regParam={overrides['regParam']} elasticNetParam={overrides['elasticNetParam']} "
-              f"validation AUC={auc:.4f}")
+              f"validation AUC={auc:.4f}" + ("" if model.iterations is None else
+                                             f" ({model.iterations} iterations{', max_iter reached' if reached else ''})"))
     return candidates
 
 

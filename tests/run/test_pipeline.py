@@ -85,6 +85,11 @@ def test_report_numbers_equal_the_delta_tables(compared):
     assert report["model"]["run_id"] in {r["run_id"] for r in runs}
     md = (run / "report" / "report.md").read_text()
     assert f"| predictions | {report['tables']['predictions']['version']} |" in md
+    candidates = [line for line in md.splitlines() if line.startswith("| regParam ")]
+    assert len(candidates) == 3, candidates   # the default grid: regParam 0, 0.001, 0.01
+    chosen = report["model"]["params"]["chosen"]
+    assert [line for line in candidates if line.endswith("| yes |")] == [
+        line for line in candidates if line.startswith(f"| regParam {chosen['regParam']}, ")], candidates
     work = report["work"]   # from the event log the pipeline was writing while the report ran
     assert set(work) == {"ingest", "clean", "features", "train", "score"}, sorted(work)
     for stage, w in work.items():

@@ -32,6 +32,9 @@ def test_train_learns_the_signal_and_records_the_run(trained):
     assert set(info["versions"]) == {"pyspark", "delta-spark", "spark-rapids-ml"}
     assert 0.0 < info["threshold"] < 1.0
     assert {c["regParam"] for c in info["tuning"]} == {0.0, 0.01}
+    # max_iter 300 by default: these fits converge (at tol) well before it.
+    assert all(isinstance(c["iterations"], int) and 0 < c["iterations"] < 300 and c["max_iter_reached"] is False
+               for c in info["tuning"]), info["tuning"]
     assert set(info["timings"]) == {"read_gold", "build_estimators", "split_counts", "check_wait", "fit_grid",
                                     "validation_aucs", "fit_and_tune", "evaluate", "total"}
     assert set(info["coefficients"]) == set(contract.FEATURES)
@@ -41,6 +44,13 @@ def test_train_learns_the_signal_and_records_the_run(trained):
     assert abs(coefficients[contract.FEATURES[-1]]) < 0.3
     assert len(info["metrics"]["test"]["calibration_by_decile"]) == 10
     assert info["metrics"]["test"]["lift_top_decile"] > 1.5
+
+
+def test_a_fit_stopped_by_max_iter_says_so(spark, trained):
+    record = train.STAGE(spark, trained["lake"], trained["models"], run_id="few-iterations", reg_params=(0.01,),
+                         max_iter=2)
+    info = json.loads(Path(record.extra["run_json"]).read_text())
+    assert [(c["iterations"], c["max_iter_reached"]) for c in info["tuning"]] == [(2, True)]
 
 
 def test_rerunning_train_with_the_same_run_id_adds_no_runs_row(spark, trained):
