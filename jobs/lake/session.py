@@ -34,7 +34,7 @@ def get_spark(app_name: str) -> SparkSession:
     except Exception:  # the context went down under these first calls: Spark gave up on the master meanwhile
         if not context_stopped(spark):
             raise
-        raise UserError(f"{MASTER_UNREACHABLE} ({spark.sparkContext.master})") from None
+        raise master_unreachable(spark) from None
     return spark
 
 
@@ -47,6 +47,10 @@ def context_stopped(spark: SparkSession) -> bool:
 
 MASTER_UNREACHABLE = ("the Spark master could not be reached (Spark gave up registering the application after "
                       "its retries): start it, or pass --master the URL its log prints (spark://HOST:PORT)")
+
+
+def master_unreachable(spark: SparkSession) -> UserError:
+    return UserError(f"{MASTER_UNREACHABLE} ({spark.sparkContext.master})")
 
 
 def start_failure(error: Exception) -> str:
@@ -82,7 +86,7 @@ def wait_for_executors(spark: SparkSession, poll_s: float = 0.5) -> None:
     deadline = time.monotonic() + limit
     while registered_executors(spark) < 1:
         if context_stopped(spark):  # a standalone master that never answered: Spark gave up
-            raise UserError(f"{MASTER_UNREACHABLE} ({spark.sparkContext.master})")
+            raise master_unreachable(spark)
         if limit > 0 and time.monotonic() > deadline:
             gpus = float(conf.get("spark.executor.resource.gpu.amount", "0") or "0")
             asked = (f"{conf.get('spark.executor.cores', '1')} cores, "

@@ -181,12 +181,13 @@ def validated(grid: list[dict], fitted: list, validation: DataFrame, max_iter: i
         probabilities, contract.LABEL)
     candidates = []
     for overrides, model, (auc, _) in zip(grid, fitted, areas):
-        reached = None if model.iterations is None else model.iterations >= max_iter
-        candidates.append({**overrides, "validation_roc_auc": auc, "iterations": model.iterations,
+        iterations = model.iterations
+        reached = None if iterations is None else iterations >= max_iter
+        candidates.append({**overrides, "validation_roc_auc": auc, "iterations": iterations,
                            "max_iter_reached": reached, "model": model})
+        solver = "" if iterations is None else f" ({iterations} iterations{', max_iter reached' if reached else ''})"
         print(f"train: regParam={overrides['regParam']} elasticNetParam={overrides['elasticNetParam']} "
-              f"validation AUC={auc:.4f}" + ("" if model.iterations is None else
-                                             f" ({model.iterations} iterations{', max_iter reached' if reached else ''})"))
+              f"validation AUC={auc:.4f}{solver}")
     return candidates
 
 
