@@ -8,12 +8,16 @@ Reads ``<input>/customers/*.csv[.gz]`` and ``<input>/events/*.csv[.gz]`` with th
 differs from the header goes to quarantine with reason ``wrong_field_count`` and its raw text as read; nothing is
 dropped silently (see docs/etl.md):
 
-- A pre-pass (``scanned``) reads every file once in chunks and counts, per chunk, its quotes, physical lines and,
-  for either quote parity the chunk may start at, where its first record boundary lies and how many records start
-  in it. Chained over a file's chunks (``planned``), that gives splits that start and end on record boundaries
-  (quoted line breaks respected) with the record number of each split's first record: a file of any size is read
-  by many tasks, in parallel, and every record is numbered exactly (0-based, header excluded) with no join and
-  no second pass. A compressed file is one split.
+- A file of at most ``WHOLE_FILE_CHUNKS`` chunks, and every compressed file, is one split, read whole by one
+  task, which counts its bytes as the parser reads them: the records that start in it and its physical lines, by
+  the pre-pass's rules and code (jvm/churn/ingest/ChunkScan.java), apart from the parser's. The counts reach the
+  driver as a Spark accumulator (``Tally``) with the tasks' results: such a file is read once.
+- A larger file goes through a pre-pass (``scanned``) that reads it in chunks and counts, per chunk, its quotes,
+  physical lines and, for either quote parity the chunk may start at, where its first record boundary lies and how
+  many records start in it. Chained over a file's chunks (``planned``), that gives splits that start and end on
+  record boundaries (quoted line breaks respected) with the record number of each split's first record: a file of
+  any size is read by many tasks, in parallel, and every record is numbered exactly (0-based, header excluded) with
+  no join and no second parse.
 - The reader gives each record its fields (the first N; missing ones null), its file name, record number, the
   physical lines it spans, its field count, and its raw text where the count is wrong or a field swallowed whole
   records (a quote opened and never closed).
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from functools import partial
 from typing import NamedTuple
 
@@ -67,11 +72,14 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
     inputs = {ds: [InputFile(p, file_name(spark, p), before[p][0]) for p in paths] for ds, paths in files.items()}
 
     record = StageRecord(STAGE.name)
+    chunk = chunk_bytes(spark, sum(f.size for fs in inputs.values() for f in fs))
+    whole = {f for fs in inputs.values() for f in fs if read_whole(f, chunk)}
     try:
-        layouts = planned(inputs, scanned(spark, inputs))
-        wrote, schemas = write_bronze(spark, inputs, layouts, lake)
+        layouts = planned(inputs, scanned(spark, inputs, whole, chunk), whole)
+        wrote, schemas, tallies = write_bronze(spark, inputs, layouts, lake)
     except Py4JJavaError as e:
         raise unreadable(files, e) from None
+    layouts = {ds: counted(layout, inputs[ds], tallies[ds]) for ds, layout in layouts.items()}
     record.wrote.update(wrote)
     if file_states(spark, files) != before:
         raise UserError(f"input files under {data} changed while ingest read them, so bronze and quarantine may "
@@ -97,17 +105,21 @@ def run(spark: SparkSession, data: str, lake: str) -> StageRecord:
 
 
 def write_bronze(spark: SparkSession, inputs: dict[str, list["InputFile"]], layouts: dict[str, "Layout"],
-                 lake: str) -> tuple[dict[str, int], dict]:
-    """Bronze (every record, the malformed ones flagged); returns the versions written and bronze's schema per
-    dataset."""
-    with session_conf(spark, plugin_conf(spark)):
-        # The two bronze writes run side by side: the smaller one's last tasks would otherwise leave cores idle.
-        bronze = {f"bronze_{ds}": extract(spark, inputs[ds], layouts[ds].splits, columns)
-                  .transform(bronze_rows(columns)) for ds, columns in DATASETS.items()}
-        with session_conf(spark, BRONZE_WRITE_SETTINGS):
-            wrote = together({name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
-                              for name, df in bronze.items()})
-    return wrote, {ds: bronze[f"bronze_{ds}"].schema for ds in DATASETS}
+                 lake: str) -> tuple[dict[str, int], dict, dict[str, dict]]:
+    """Bronze (every record, the malformed ones flagged); returns the versions written, bronze's schema and the
+    tally of the files read whole (``take_tally``) per dataset."""
+    tally_ids = {ds: f"ingest-{ds}-{uuid.uuid4()}" for ds in DATASETS}
+    try:
+        with session_conf(spark, plugin_conf(spark)):
+            # The two bronze writes run side by side: the smaller one's last tasks would otherwise leave cores idle.
+            bronze = {f"bronze_{ds}": extract(spark, inputs[ds], layouts[ds].splits, columns, tally_ids[ds])
+                      .transform(bronze_rows(columns)) for ds, columns in DATASETS.items()}
+            with session_conf(spark, BRONZE_WRITE_SETTINGS):
+                wrote = together({name: partial(delta_io.overwrite, df, delta_io.table_path(lake, name))
+                                  for name, df in bronze.items()})
+    finally:
+        tallies = {ds: take_tally(spark, tally_id) for ds, tally_id in tally_ids.items()}
+    return wrote, {ds: bronze[f"bronze_{ds}"].schema for ds in DATASETS}, tallies
 
 
 def write_quarantine(spark: SparkSession, lake: str, wrote: dict[str, int], schemas: dict):
@@ -301,6 +313,10 @@ SOURCE = "churn.ingest.CsvSource"
 # spark.sql.files.maxPartitionBytes (the profile's input split size).
 CHUNKS_PER_CORE = 8
 MIN_CHUNK_BYTES = 8 << 20
+# A file of at most this many chunks is read whole by one task, counted as it is parsed, without a pre-pass: at
+# most 1/(4 x cores) of the input each, such files still spread evenly over the cores. Compressed files are read
+# whole whatever their size (a stream is read from its start).
+WHOLE_FILE_CHUNKS = 2
 
 
 class InputFile(NamedTuple):
@@ -310,8 +326,10 @@ class InputFile(NamedTuple):
 
 
 class Layout(NamedTuple):
-    """One dataset's read plan from the pre-pass: the splits ([file, start, end, first record number]; end -1: to
-    the end of a compressed stream), and per input file its records and (physical lines, blank lines)."""
+    """One dataset's read plan: the splits ([file, start, end, first record number, counted]; end -1: to the end of
+    a compressed stream; counted 1: a whole file, counted as it is read), and per input file its records and
+    (physical lines, blank lines), from the pre-pass or, for a file read whole, from the read's tally
+    (``counted``)."""
     splits: list[list[int]]
     records: dict[InputFile, int]
     lines: dict[InputFile, tuple[int, int]]
@@ -328,22 +346,31 @@ def options(files: list[InputFile]) -> dict[str, str]:
     return {"files": json.dumps([f._asdict() for f in files])}
 
 
-def scanned(spark: SparkSession, inputs: dict[str, list[InputFile]]) -> dict[str, list]:
-    """The pre-pass over every input file (one Spark job, one task per chunk): per dataset, one row per chunk."""
-    everything = [f for ds in DATASETS for f in inputs[ds]]
-    reader = (spark.read.format(SOURCE).options(mode="scan", **options(everything))
-              .option("chunkBytes", chunk_bytes(spark, sum(f.size for f in everything))))
-    rows = project_source(reader, SOURCE, "ingest's CSV reader").collect()   # one small row per chunk of input
-    owner = [ds for ds in DATASETS for _ in inputs[ds]]
-    first = {ds: next(i for i, o in enumerate(owner) if o == ds) for ds in DATASETS if inputs[ds]}
+def read_whole(f: InputFile, chunk: int) -> bool:
+    """Whether ``f`` is read whole by one task, counted as it is parsed (else the pre-pass splits it)."""
+    return f.path.endswith(COMPRESSIONS) or f.size <= WHOLE_FILE_CHUNKS * chunk
+
+
+def scanned(spark: SparkSession, inputs: dict[str, list[InputFile]], whole: set[InputFile],
+            chunk: int) -> dict[str, list]:
+    """The pre-pass over the input files not read whole (one Spark job, one task per chunk; none when every file is
+    read whole): per dataset, one row per chunk, ``file`` its file's index in the dataset's list."""
+    scanned_files = [(ds, i, f) for ds in DATASETS for i, f in enumerate(inputs[ds]) if f not in whole]
     out: dict[str, list] = {ds: [] for ds in DATASETS}
-    for r in rows:
-        out[owner[r["file"]]].append(r.asDict() | {"file": r["file"] - first[owner[r["file"]]]})
+    if not scanned_files:
+        return out
+    reader = (spark.read.format(SOURCE).options(mode="scan", **options([f for _, _, f in scanned_files]))
+              .option("chunkBytes", chunk))
+    for r in project_source(reader, SOURCE, "ingest's CSV reader").collect():   # one small row per chunk of input
+        ds, index, _ = scanned_files[r["file"]]
+        out[ds].append(r.asDict() | {"file": index})
     return out
 
 
-def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list]) -> dict[str, Layout]:
-    """Each dataset's splits, records and lines from its chunks (``scanned``).
+def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list],
+            whole: set[InputFile] = frozenset()) -> dict[str, Layout]:
+    """Each dataset's splits, records and lines from its chunks (``scanned``); a file in ``whole`` is one split,
+    counted as it is read, its records and lines left for ``counted``.
 
     A file's chunks are chained in order: the quotes before a chunk tell which of its two answers holds (the one
     for an even count of quotes before it, or for an odd one); a chunk with a boundary starts a split there, which
@@ -359,6 +386,9 @@ def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list]) -> dict
         for c in chunks[ds]:
             by_file.setdefault(c["file"], []).append(c)
         for index, f in enumerate(files):
+            if f in whole:
+                splits.append([index, 0, -1 if f.path.endswith(COMPRESSIONS) else f.size, 0, 1])
+                continue
             starts, parity, before, n_lines, n_blank = [], 0, 0, 0, 0
             for c in sorted(by_file.get(index, []), key=lambda c: c["chunk"]):
                 if c[f"first{parity}"] >= 0:
@@ -370,7 +400,7 @@ def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list]) -> dict
             compressed = any(c["end"] < 0 for c in by_file.get(index, []))
             for k, (start, n_before) in enumerate(starts):
                 stop = starts[k + 1][0] if k + 1 < len(starts) else (-1 if compressed else f.size)
-                splits.append([index, start, stop, 0 if start == 0 else n_before - 1])
+                splits.append([index, start, stop, 0 if start == 0 else n_before - 1, 0])
             records[f] = max(before - 1, 0)      # the header is the first record to start
             lines[f] = (n_lines, n_blank)
         out[ds] = Layout(splits, records, lines)
@@ -378,11 +408,39 @@ def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list]) -> dict
 
 
 def extract(spark: SparkSession, files: list[InputFile], splits: list[list[int]],
-            columns: tuple[str, ...]) -> DataFrame:
+            columns: tuple[str, ...], tally: str) -> DataFrame:
     """Every record of the splits: its first ``len(columns)`` fields as strings (null when empty or missing), then
-    source_file, record_number, record_lines, field_count, raw and swallowed (jvm/churn/ingest/CsvSource.java)."""
-    return (spark.read.format(SOURCE).options(mode="records", **options(files))
+    source_file, record_number, record_lines, field_count, raw and swallowed (jvm/churn/ingest/CsvSource.java). The
+    counts of the splits read whole go to the tally named ``tally`` (``take_tally``)."""
+    return (spark.read.format(SOURCE).options(mode="records", tally=tally, **options(files))
             .option("columns", json.dumps(list(columns))).option("splits", json.dumps(splits)).load())
+
+
+def take_tally(spark: SparkSession, tally: str) -> dict:
+    """The counts of the files read whole under ``tally``, once its reads are done: {"counts": {file index:
+    [records (the header included), lines, blank lines]}, "conflicts": [file index...]} (empty: nothing counted)."""
+    got = spark.sparkContext._jvm.churn.ingest.Tally.take(tally)
+    return json.loads(got) if got is not None else {"counts": {}, "conflicts": []}
+
+
+def counted(layout: Layout, files: list[InputFile], tally: dict) -> Layout:
+    """``layout`` with the records and lines of the files it reads whole, from the read's tally. A file counted
+    twice with different counts, or not at all, fails the stage (a bug in ingest: a task that never finished its
+    file would lose its records)."""
+    records, lines = dict(layout.records), dict(layout.lines)
+    for index, _, _, _, whole in layout.splits:
+        if not whole:
+            continue
+        f = files[index]
+        got = tally["counts"].get(str(index))
+        if got is None or index in tally["conflicts"]:
+            problem = "is missing" if got is None else "differs between two reads of it"
+            raise RuntimeError(f"{f.path} was read whole but its count {problem}: ingest's accounting cannot check "
+                               f"it (a bug in ingest)")
+        n_records, n_lines, n_blank = got
+        records[f] = max(n_records - 1, 0)      # the header is the first record to start
+        lines[f] = (n_lines, n_blank)
+    return layout._replace(records=records, lines=lines)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -151,10 +151,11 @@ HOSTILE_BRONZE = [
 ]
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 1 << 30])
+@pytest.mark.parametrize("chunk", [1, 7, 13, 64, 1 << 30])
 def test_a_file_read_in_chunks_of_any_size_gives_the_same_records(spark, tmp_path, monkeypatch, chunk):
     """The pre-pass cuts the file into chunks of ``chunk`` bytes (a record boundary, a CR LF, a quote may fall on any
-    chunk edge); the splits it plans must give every record once, numbered and parsed as one whole read does."""
+    chunk edge); the splits it plans must give every record once, numbered and parsed as one whole read does. With
+    chunks of half the file or more it is read whole and counted as it is parsed: the same records and lines."""
     inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", {})
     (tmp_path / "in" / "events" / "events-00000.csv").write_bytes(HOSTILE)
     monkeypatch.setattr(ingest, "chunk_bytes", lambda spark, total: chunk)
@@ -182,8 +183,8 @@ def test_ingest_fails_loudly_when_a_split_is_numbered_wrong(spark, tmp_path, mon
     monkeypatch.setattr(ingest, "chunk_bytes", lambda spark, total: 300)
     right = ingest.planned
 
-    def off_by_one(inputs, chunks):
-        layouts = right(inputs, chunks)
+    def off_by_one(inputs, chunks, whole):
+        layouts = right(inputs, chunks, whole)
         splits = layouts["events"].splits
         assert len(splits) > 3, "the files must be read in several splits for this test"
         splits[2][3] += 1
@@ -191,6 +192,23 @@ def test_ingest_fails_loudly_when_a_split_is_numbered_wrong(spark, tmp_path, mon
 
     monkeypatch.setattr(ingest, "planned", off_by_one)
     with pytest.raises(RuntimeError, match="not each record once: ingest's accounting does not add up"):
+        ingest.run(spark, inp, str(tmp_path / "lake"))
+
+
+def test_ingest_fails_loudly_when_a_file_read_whole_has_no_count(spark, tmp_path, monkeypatch):
+    """A file read whole is checked against the count its read took as it went; a read whose count never reached
+    the driver (a task that stopped short of its file's end) fails the stage rather than pass unchecked."""
+    inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n",
+                      numbered_events(3, bad_every=5))
+    right = ingest.take_tally
+
+    def first_file_lost(spark, tally):
+        got = right(spark, tally)
+        assert got["counts"].pop("0", None) is not None, "the files must be read whole for this test"
+        return got
+
+    monkeypatch.setattr(ingest, "take_tally", first_file_lost)
+    with pytest.raises(RuntimeError, match="was read whole but its count is missing"):
         ingest.run(spark, inp, str(tmp_path / "lake"))
 
 

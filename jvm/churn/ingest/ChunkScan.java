@@ -2,10 +2,15 @@ package churn.ingest;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 
 /**
- * The pre-pass over one chunk of a file (bytes {@code start .. end - 1}): where a split may start on a record
- * boundary and with which record number, and the chunk's physical lines, counted apart from the parser.
+ * The count of one chunk of a file (bytes {@code start .. end - 1}) apart from the parser: where a split may start on
+ * a record boundary and with which record number, and the chunk's physical lines. The pre-pass scans the chunks of
+ * the files it splits ({@link #scan}); a file read whole is counted as the parser reads it, from its first byte
+ * ({@link #fromFileStart} and {@link #feed}, CsvSource's {@code Counted}).
  *
  * <p>Lines are split as Spark's text reader splits them: at LF, CR LF or a lone CR; a blank line is one of no bytes;
  * a line break belongs to the chunk of its first byte. A record boundary is the end of a line break outside quotes,
@@ -14,13 +19,36 @@ import java.io.InputStream;
  * at, so it answers for both: for start parity {@code p}, {@code first[p]} is the first boundary in the chunk (-1:
  * none) and {@code records[p]} how many records start in it (a record starts at a boundary, or at the file's start,
  * at a byte that does not begin a line break: blank lines hold no record). The driver chains the chunks' quote
- * counts to know which answer holds (jobs/stages/ingest.py).
+ * counts to know which answer holds (jobs/stages/ingest.py); a count from a file's start holds for parity 0.
  */
 final class ChunkScan {
     private static final int NONE = Integer.MIN_VALUE;   // no byte before: the file's start
+    private static final VarHandle WORD = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final long ONES = 0x0101010101010101L, HIGHS = 0x8080808080808080L;
+    private static final long QUOTES = ONES * Bytes.QUOTE, LFS = ONES * Bytes.LF, CRS = ONES * Bytes.CR;
+
     long quotes, lines, blank;
     final long[] first = {-1, -1};
     final long[] records = new long[2];
+
+    private final long start;
+    private long p;             // the file position of the next byte fed
+    private int prev = NONE;    // the byte before it
+    private long pending = -1;  // a boundary at this position, once its byte is known (to tell records from blanks)
+    private int pendingParity;
+    private int parity;         // quotes since the chunk's start, mod 2
+
+    private ChunkScan(long start) {
+        this.start = start;
+        this.p = start;
+    }
+
+    /** A count of a file from its first byte, fed the bytes in order. */
+    static ChunkScan fromFileStart() {
+        ChunkScan s = new ChunkScan(0);
+        s.pending = 0;          // the file's start
+        return s;
+    }
 
     /**
      * Scans {@code in}, positioned at byte {@code max(start - 1, 0)} of its file (the byte before the chunk tells
@@ -29,49 +57,73 @@ final class ChunkScan {
      * file does, so an unterminated last line is the chunk's to count.
      */
     static ChunkScan scan(InputStream in, long start, long end, boolean atFileEnd) throws IOException {
-        ChunkScan s = new ChunkScan();
-        int prev = NONE;        // the byte before the current one
-        long pending = -1;      // a boundary at this position, once its byte is known (to tell records from blanks)
-        int pendingParity = 0;
+        ChunkScan s;
         if (start > 0) {
-            prev = in.read();
-            if (prev < 0) return s;
-            prev = (byte) prev;
-            if (prev == Bytes.LF || prev == Bytes.CR) pending = start;
+            s = new ChunkScan(start);
+            int before = in.read();
+            if (before < 0) return s;
+            s.prev = (byte) before;
+            if (s.prev == Bytes.LF || s.prev == Bytes.CR) s.pending = start;
         } else {
-            pending = 0;        // the file's start
+            s = fromFileStart();
         }
-        int parity = 0;         // quotes since the chunk's start, mod 2
         long limit = end < 0 ? Long.MAX_VALUE : end;
-        long p = start;
         byte[] buf = new byte[1 << 20];
-        while (p < limit) {
-            int n = in.read(buf, 0, (int) Math.min(buf.length, limit - p));
+        while (s.p < limit) {
+            int n = in.read(buf, 0, (int) Math.min(buf.length, limit - s.p));
             if (n < 0) break;
-            for (int i = 0; i < n; i++, p++) {
-                byte c = buf[i];
-                if (pending == p) {
-                    // A CR's line break goes on through an LF after it: no boundary between the two.
-                    if (!(prev == Bytes.CR && c == Bytes.LF)) s.boundary(p, pendingParity, c);
-                    pending = -1;
-                }
-                if (c == Bytes.QUOTE) {
-                    s.quotes++;
-                    parity ^= 1;
-                } else if (c == Bytes.LF || c == Bytes.CR) {
-                    if (!(c == Bytes.LF && prev == Bytes.CR)) {     // else the CR counted this line break
-                        s.lines++;
-                        if (prev == NONE || prev == Bytes.LF || prev == Bytes.CR) s.blank++;
-                    }
-                    pending = p + 1;
-                    pendingParity = parity;
-                }
-                prev = c;
-            }
+            s.feed(buf, 0, n);
         }
-        // The file's last line, when no line break ends it, is a line too (as the text reader counts it).
-        if ((atFileEnd || end < 0) && p > start && prev != Bytes.LF && prev != Bytes.CR) s.lines++;
+        s.finish(atFileEnd || end < 0);
         return s;
+    }
+
+    /** Counts the next {@code n} bytes of the chunk, {@code buf[off, off + n)}. */
+    void feed(byte[] buf, int off, int n) {
+        int i = off, stop = off + n;
+        while (i < stop) {
+            // Eight bytes at a time while none of them is a quote or a line break and no boundary waits on them.
+            if (pending < p && i + 8 <= stop) {
+                long w = (long) WORD.get(buf, i);
+                if ((holds(w, QUOTES) | holds(w, LFS) | holds(w, CRS)) == 0) {
+                    prev = buf[i + 7];
+                    i += 8;
+                    p += 8;
+                    continue;
+                }
+            }
+            byte c = buf[i];
+            if (pending == p) {
+                // A CR's line break goes on through an LF after it: no boundary between the two.
+                if (!(prev == Bytes.CR && c == Bytes.LF)) boundary(p, pendingParity, c);
+                pending = -1;
+            }
+            if (c == Bytes.QUOTE) {
+                quotes++;
+                parity ^= 1;
+            } else if (c == Bytes.LF || c == Bytes.CR) {
+                if (!(c == Bytes.LF && prev == Bytes.CR)) {     // else the CR counted this line break
+                    lines++;
+                    if (prev == NONE || prev == Bytes.LF || prev == Bytes.CR) blank++;
+                }
+                pending = p + 1;
+                pendingParity = parity;
+            }
+            prev = c;
+            i++;
+            p++;
+        }
+    }
+
+    /** The chunk is done; {@code atFileEnd}: the file ends with it, so a last line no line break ends is a line. */
+    void finish(boolean atFileEnd) {
+        if (atFileEnd && p > start && prev != Bytes.LF && prev != Bytes.CR) lines++;
+    }
+
+    /** Non-zero when one of the eight bytes of {@code w} is the byte repeated in {@code pattern}. */
+    private static long holds(long w, long pattern) {
+        long v = w ^ pattern;
+        return (v - ONES) & ~v & HIGHS;
     }
 
     /** A boundary at {@code at}, {@code parity} quotes after the chunk's start: so it is one for the start parity

@@ -26,6 +26,7 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.util.SerializableConfiguration;
 
+import java.io.FilterInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.Serializable;
@@ -46,11 +47,13 @@ import java.util.Set;
  * read whole): its quotes, physical lines and blank lines, and for each quote parity it may start at, its first
  * record boundary and how many records start in it ({@code ChunkScan});</li>
  * <li>{@code records}: one row per record of the splits in option {@code splits} (a JSON list of [file, start,
- * end, first record number]; end -1: to the end of the stream): the first {@code columns} fields as strings (null
- * when empty), then source_file, record_number, record_lines (the physical lines the record spans),
+ * end, first record number, counted]; end -1: to the end of the stream): the first {@code columns} fields as strings
+ * (null when empty), then source_file, record_number, record_lines (the physical lines the record spans),
  * field_count, raw (the record's text, only where the field count is wrong or a field swallowed whole records)
  * and swallowed (the first column whose value holds a line feed followed by a whole record's separators).</li>
  * </ul>
+ * A split marked counted (1) is a whole file: its bytes are counted as the parser reads them, as the pre-pass would
+ * count them ({@code ChunkScan}), into the {@code Tally} that option {@code tally} names.
  * A split that starts at a file's start skips the file's first record, its header (checked beforehand).
  */
 public final class CsvSource implements TableProvider {
@@ -91,6 +94,7 @@ public final class CsvSource implements TableProvider {
         final String[] columns;
         final long chunkBytes;
         final long[][] splits;
+        final String tally;
 
         Options(Map<String, String> o) {
             mode = required(o, "mode");
@@ -112,13 +116,20 @@ public final class CsvSource implements TableProvider {
                     JsonNode s = json.readTree(required(o, "splits"));
                     splits = new long[s.size()][];
                     for (int i = 0; i < s.size(); i++) {
-                        splits[i] = new long[]{s.get(i).get(0).asLong(), s.get(i).get(1).asLong(),
-                            s.get(i).get(2).asLong(), s.get(i).get(3).asLong()};
+                        JsonNode split = s.get(i);
+                        splits[i] = new long[]{split.get(0).asLong(), split.get(1).asLong(), split.get(2).asLong(),
+                            split.get(3).asLong(), split.size() > 4 ? split.get(4).asLong() : 0};
+                        if (splits[i][4] != 0 && (splits[i][1] != 0 || !o.containsKey("tally"))) {
+                            throw new IllegalArgumentException("churn.ingest.CsvSource: a counted split must start "
+                                + "at its file's start, and option tally name its tally");
+                        }
                     }
+                    tally = o.get("tally");
                     chunkBytes = 0;
                 } else if (mode.equals("scan")) {
                     columns = new String[0];
                     splits = new long[0][];
+                    tally = null;
                     chunkBytes = Long.parseLong(required(o, "chunkBytes"));
                     if (chunkBytes <= 0) throw new IllegalArgumentException("chunkBytes must be positive");
                 } else {
@@ -202,23 +213,24 @@ public final class CsvSource implements TableProvider {
                 for (int f = 0; f < options.paths.length; f++) {
                     long size = options.sizes[f];
                     if (codecs.getCodec(new Path(options.paths[f])) != null || size == 0) {
-                        out.add(new Part(out.size(), f, 0, -1, 0));
+                        out.add(new Part(out.size(), f, 0, -1, 0, false));
                         continue;
                     }
                     int chunk = 0;
                     for (long s = 0; s < size; s += options.chunkBytes) {
-                        out.add(new Part(out.size(), f, s, Math.min(size, s + options.chunkBytes), chunk++));
+                        out.add(new Part(out.size(), f, s, Math.min(size, s + options.chunkBytes), chunk++, false));
                     }
                 }
             } else {
-                for (long[] s : options.splits) out.add(new Part(out.size(), (int) s[0], s[1], s[2], s[3]));
+                for (long[] s : options.splits) out.add(new Part(out.size(), (int) s[0], s[1], s[2], s[3], s[4] != 0));
             }
             return out.toArray(new InputPartition[0]);
         }
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            return new Factory(options, new SerializableConfiguration(hadoopConf()));
+            Tally tally = options.tally == null ? null : Tally.forId(SparkSession.active().sparkContext(), options.tally);
+            return new Factory(options, new SerializableConfiguration(hadoopConf()), tally);
         }
 
         private static Configuration hadoopConf() {
@@ -227,18 +239,21 @@ public final class CsvSource implements TableProvider {
     }
 
     /** A chunk (scan: {@code extra} = its index in its file) or a split (records: {@code extra} = the record number
-     *  of its first record); {@code end} -1: to the end of the stream. */
+     *  of its first record; {@code counted}: a whole file, counted as it is read); {@code end} -1: to the end of the
+     *  stream. */
     static final class Part implements InputPartition {
         private static final long serialVersionUID = 1L;
         final int index, file;
         final long start, end, extra;
+        final boolean counted;
 
-        Part(int index, int file, long start, long end, long extra) {
+        Part(int index, int file, long start, long end, long extra, boolean counted) {
             this.index = index;
             this.file = file;
             this.start = start;
             this.end = end;
             this.extra = extra;
+            this.counted = counted;
         }
     }
 
@@ -246,17 +261,19 @@ public final class CsvSource implements TableProvider {
         private static final long serialVersionUID = 1L;
         private final Options options;
         private final SerializableConfiguration conf;
+        private final Tally tally;
 
-        Factory(Options options, SerializableConfiguration conf) {
+        Factory(Options options, SerializableConfiguration conf, Tally tally) {
             this.options = options;
             this.conf = conf;
+            this.tally = tally;
         }
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
             Part part = (Part) partition;
             return options.mode.equals("scan") ? new ScanReader(options, conf.value(), part)
-                : new RecordReader(options, conf.value(), part);
+                : new RecordReader(options, conf.value(), part, tally);
         }
     }
 
@@ -337,6 +354,7 @@ public final class CsvSource implements TableProvider {
         private final byte[] name;
         private final int columns;
         private final InputStream in;
+        private final Counted counted;      // the whole file's count, when the split is counted
         private final RecordParser parser;
         private final UnsafeRowWriter writer;
         private final Values values = new Values();
@@ -344,7 +362,7 @@ public final class CsvSource implements TableProvider {
         private long recordNumber;
         private boolean headerPending;
 
-        RecordReader(Options options, Configuration conf, Part part) {
+        RecordReader(Options options, Configuration conf, Part part, Tally tally) {
             this.path = options.paths[part.file];
             this.name = options.names[part.file].getBytes(StandardCharsets.UTF_8);
             this.columns = options.columns.length;
@@ -353,11 +371,14 @@ public final class CsvSource implements TableProvider {
             this.writer = new UnsafeRowWriter(columns + TRAILER.length, 64 * (columns + 4));
             this.recordNumber = part.extra;
             this.headerPending = part.start == 0;
+            InputStream opened;
             try {
-                this.in = open(conf, path, part.start);
+                opened = open(conf, path, part.start);
             } catch (IOException e) {
                 throw new RuntimeException(failure(path, e));
             }
+            this.counted = part.counted ? new Counted(opened, part.file, part.end, tally) : null;
+            this.in = part.counted ? counted : opened;
             this.parser = new RecordParser(in, part.start, part.end);
         }
 
@@ -366,9 +387,9 @@ public final class CsvSource implements TableProvider {
             try {
                 if (headerPending) {
                     headerPending = false;
-                    if (!parser.next()) return false;
+                    if (!parser.next()) return done();
                 }
-                if (!parser.next()) return false;
+                if (!parser.next()) return done();
             } catch (IOException | RuntimeException e) {
                 throw failure(path, e);
             }
@@ -400,6 +421,12 @@ public final class CsvSource implements TableProvider {
             return true;
         }
 
+        /** The split is read: a counted file's count goes to its tally. */
+        private boolean done() {
+            if (counted != null) counted.tally();
+            return false;
+        }
+
         @Override
         public InternalRow get() {
             return writer.getRow();
@@ -408,6 +435,54 @@ public final class CsvSource implements TableProvider {
         @Override
         public void close() throws IOException {
             in.close();
+        }
+    }
+
+    /** A whole file's stream, counted ({@code ChunkScan}, from the file's start) as the parser reads it: up to
+     *  {@code end} (the file's size as listed) or, for a compressed file ({@code end} -1), to the stream's end. */
+    static final class Counted extends FilterInputStream {
+        private final ChunkScan scan = ChunkScan.fromFileStart();
+        private final int file;
+        private final long end;
+        private final Tally tally;
+        private long read;
+        private boolean tallied;
+
+        Counted(InputStream in, int file, long end, Tally tally) {
+            super(in);
+            this.file = file;
+            this.end = end < 0 ? Long.MAX_VALUE : end;
+            this.tally = tally;
+        }
+
+        @Override
+        public int read() throws IOException {
+            byte[] one = new byte[1];
+            return read(one, 0, 1) < 0 ? -1 : one[0] & 0xff;
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) throws IOException {
+            int n = in.read(b, off, len);
+            if (n > 0) {
+                int counted = (int) Math.min(n, end - read);
+                if (counted > 0) scan.feed(b, off, counted);
+                read += n;
+            }
+            return n;
+        }
+
+        @Override
+        public long skip(long n) {
+            throw new UnsupportedOperationException("a counted stream is read, not skipped");
+        }
+
+        /** The file's count, {file, records (the header included), lines, blank lines}, into the tally; once. */
+        void tally() {
+            if (tallied) return;
+            tallied = true;
+            scan.finish(true);
+            tally.add(new long[]{file, scan.records[0], scan.lines, scan.blank});
         }
     }
 }
