@@ -367,3 +367,24 @@ def test_a_slice_some_file_shares_with_another_is_replaced_through_delta(spark, 
     assert not [p for p in (tmp_path / "q").iterdir() if p.name.startswith("w-")]
     assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
                        ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_file_commit_on_a_checkpointed_table_takes_its_files_from_deltas_snapshot(spark, tmp_path):
+    """A file commit replays a short log of commit files on the driver; where the log has a checkpoint it asks
+    Delta's snapshot for the files instead. Both ways the slice's files, and only they, are replaced."""
+    path = str(tmp_path / "q")
+    schema = "stage string, n long"
+    delta_io.overwrite(spark.createDataFrame([("ingest", 1)], schema).coalesce(1), path)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    for n in (2, 3):
+        spark.createDataFrame([("clean", n)], schema).coalesce(1).write.format("delta").mode("append").save(path)
+    assert (tmp_path / "q" / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
+    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
+    try:
+        assert delta_io.replace_where_counted(spark.createDataFrame([("clean", 9)], schema).coalesce(1), path,
+                                              "stage = 'clean'") == (4, 1)
+    finally:
+        spark.conf.unset(delta_io.WRITE_FILES_KEY)
+    assert len([a for a in delta_io.commit_actions(spark, path, 4) if "remove" in a]) == 2
+    assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
+                       ignore_row_order=True, ignore_nullable=True)

@@ -1,5 +1,8 @@
 package churn.lake;
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.time.LocalDate;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -15,6 +18,8 @@ import java.util.concurrent.Future;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.parquet.column.statistics.Statistics;
 import org.apache.parquet.format.converter.ParquetMetadataConverter;
@@ -34,6 +39,9 @@ import org.apache.spark.sql.delta.DeltaOperations;
 import org.apache.spark.sql.delta.OptimisticTransaction;
 import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
+import org.apache.spark.sql.delta.actions.RemoveFile;
+import org.apache.spark.sql.delta.util.FileNames;
+import org.apache.spark.sql.delta.LogSegment;
 import org.apache.spark.sql.delta.actions.Format;
 import org.apache.spark.sql.delta.actions.Metadata;
 import org.apache.spark.sql.execution.metric.SQLMetric;
@@ -98,7 +106,7 @@ public final class FileCommit {
             }
         }
         List<Action> actions = new ArrayList<>();
-        for (AddFile old : JavaConverters.seqAsJavaList(txn.filterFiles())) {
+        for (AddFile old : tableFiles(txn)) {
             actions.add(old.remove());
         }
         long rows = added(spark, txn, table, folder, names, sizes, times, longestStr, actions, null);
@@ -189,7 +197,7 @@ public final class FileCommit {
 
     /** The files of the slice {@code column = value} of the transaction's table, or null where they are unknown. */
     private static List<AddFile> sliceFiles(OptimisticTransaction txn, String schemaJson, String column,
-                                            String value) {
+                                            String value) throws java.io.IOException {
         if (txn.readVersion() < 0) {
             return null;
         }
@@ -201,15 +209,8 @@ public final class FileCommit {
         }
         ObjectMapper json = new ObjectMapper();
         List<AddFile> slice = new ArrayList<>();
-        // The transaction reads every file (a concurrent commit that adds or removes one fails this one); the
-        // snapshot's file list is where their statistics are (the files a scan is given carry none): one small
-        // row per data file of the table, collected on the driver.
-        Map<String, String> statsOf = new HashMap<>();
-        for (AddFile file : txn.snapshot().allFiles().collectAsList()) {
-            statsOf.put(file.path(), file.stats());
-        }
-        for (AddFile file : JavaConverters.seqAsJavaList(txn.filterFiles())) {
-            String text = statsOf.get(file.path());
+        for (AddFile file : tableFiles(txn)) {
+            String text = file.stats();
             Map<String, Object> stats;
             try {
                 stats = text == null ? null : json.readValue(text, Map.class);
@@ -229,6 +230,72 @@ public final class FileCommit {
             }
         }
         return slice;
+    }
+
+    /** Commit files of at most this many versions are replayed on the driver ({@link #tableFiles}). */
+    private static final int REPLAYED_COMMITS = 32;
+
+    /**
+     * Every file of the transaction's table at its read version, with its statistics, the whole table marked read
+     * (a concurrent commit that adds or removes a file fails this one). Where the version's log is a few commit
+     * files and no checkpoint, they are replayed here on the driver with Delta's own action parser (its adds less
+     * its removes): Delta's snapshot would run Spark jobs over them (a JSON scan, a shuffle, a sort: seconds of a
+     * stage for a handful of files). Otherwise, or where a file has a deletion vector or the log holds other kinds
+     * of files, the snapshot's file list (one small row per data file, collected on the driver).
+     */
+    static List<AddFile> tableFiles(OptimisticTransaction txn) throws java.io.IOException {
+        List<AddFile> replayed = replayed(txn);
+        if (replayed != null) {
+            txn.readWholeTable();
+            return replayed;
+        }
+        Map<String, AddFile> withStats = new LinkedHashMap<>();
+        for (AddFile file : txn.snapshot().allFiles().collectAsList()) {
+            withStats.put(file.path(), file);
+        }
+        List<AddFile> files = new ArrayList<>();
+        for (AddFile file : JavaConverters.seqAsJavaList(txn.filterFiles())) {   // marks the whole table read
+            files.add(withStats.getOrDefault(file.path(), file));
+        }
+        return files;
+    }
+
+    private static List<AddFile> replayed(OptimisticTransaction txn) throws java.io.IOException {
+        if (txn.readVersion() < 0) {
+            return new ArrayList<>();
+        }
+        LogSegment segment = txn.snapshot().logSegment();
+        List<FileStatus> commits = new ArrayList<>(JavaConverters.seqAsJavaList(segment.deltas()));
+        if (segment.checkpointProvider().version() >= 0 || commits.size() > REPLAYED_COMMITS
+                || commits.size() != segment.version() + 1) {
+            return null;
+        }
+        for (FileStatus commit : commits) {
+            if (!FileNames.isDeltaFile(commit.getPath())) {
+                return null;
+            }
+        }
+        commits.sort((a, b) -> Long.compare(FileNames.deltaVersion(a.getPath()), FileNames.deltaVersion(b.getPath())));
+        Map<String, AddFile> live = new LinkedHashMap<>();
+        for (FileStatus commit : commits) {
+            FileSystem fs = commit.getPath().getFileSystem(txn.deltaLog().newDeltaHadoopConf());
+            try (BufferedReader lines = new BufferedReader(new InputStreamReader(fs.open(commit.getPath()),
+                    StandardCharsets.UTF_8))) {
+                for (String line = lines.readLine(); line != null; line = lines.readLine()) {
+                    Action action = Action.fromJson(line);
+                    if (action instanceof AddFile) {
+                        AddFile add = (AddFile) action;
+                        if (add.deletionVector() != null) {
+                            return null;
+                        }
+                        live.put(add.path(), add);
+                    } else if (action instanceof RemoveFile) {
+                        live.remove(((RemoveFile) action).path());
+                    }
+                }
+            }
+        }
+        return new ArrayList<>(live.values());
     }
 
     /** The one value {@code column} takes in every row the statistics describe, or null if not known to be one. */
