@@ -2,9 +2,6 @@ package churn.ingest;
 
 import java.io.IOException;
 import java.io.InputStream;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.nio.ByteOrder;
 
 /**
  * The count of one chunk of a file (bytes {@code start .. end - 1}) apart from the parser: where a split may start on
@@ -23,9 +20,14 @@ import java.nio.ByteOrder;
  */
 final class ChunkScan {
     private static final int NONE = Integer.MIN_VALUE;   // no byte before: the file's start
-    private static final VarHandle WORD = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
-    private static final long ONES = 0x0101010101010101L, HIGHS = 0x8080808080808080L;
-    private static final long QUOTES = ONES * Bytes.QUOTE, LFS = ONES * Bytes.LF, CRS = ONES * Bytes.CR;
+    /** The bytes that change the count: a quote, a line feed, a carriage return. */
+    private static final boolean[] MARK = new boolean[256];
+
+    static {
+        MARK[Bytes.QUOTE] = true;
+        MARK[Bytes.LF] = true;
+        MARK[Bytes.CR] = true;
+    }
 
     long quotes, lines, blank;
     final long[] first = {-1, -1};
@@ -82,14 +84,17 @@ final class ChunkScan {
     void feed(byte[] buf, int off, int n) {
         int i = off, stop = off + n;
         while (i < stop) {
-            // Eight bytes at a time while none of them is a quote or a line break and no boundary waits on them.
-            if (pending < p && i + 8 <= stop) {
-                long w = (long) WORD.get(buf, i);
-                if ((holds(w, QUOTES) | holds(w, LFS) | holds(w, CRS)) == 0) {
-                    prev = buf[i + 7];
-                    i += 8;
-                    p += 8;
-                    continue;
+            if (pending < p) {          // no boundary waits on the next byte: skip to the next quote or line break
+                int from = i;
+                while (i < stop && !MARK[buf[i] & 0xff]) {
+                    i++;
+                }
+                if (i > from) {
+                    prev = buf[i - 1];
+                    p += i - from;
+                    if (i == stop) {
+                        break;
+                    }
                 }
             }
             byte c = buf[i];
@@ -118,12 +123,6 @@ final class ChunkScan {
     /** The chunk is done; {@code atFileEnd}: the file ends with it, so a last line no line break ends is a line. */
     void finish(boolean atFileEnd) {
         if (atFileEnd && p > start && prev != Bytes.LF && prev != Bytes.CR) lines++;
-    }
-
-    /** Non-zero when one of the eight bytes of {@code w} is the byte repeated in {@code pattern}. */
-    private static long holds(long w, long pattern) {
-        long v = w ^ pattern;
-        return (v - ONES) & ~v & HIGHS;
     }
 
     /** A boundary at {@code at}, {@code parity} quotes after the chunk's start: so it is one for the start parity
