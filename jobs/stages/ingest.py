@@ -603,6 +603,8 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for add in adds:
         stats = json.loads(add.get("stats") or "{}")
+        if stats.get("numRecords") == 0:
+            continue    # no rows (an empty split's file): nothing to count
         lo, hi = stats.get("minValues") or {}, stats.get("maxValues") or {}
         name, n = lo.get("source_file"), stats.get("numRecords")
         first, last = lo.get("record_number"), hi.get("record_number")

@@ -99,7 +99,8 @@ public final class FileCommit {
                 throw new IllegalArgumentException(table + " is partitioned: a file commit writes only "
                         + "unpartitioned tables");
             }
-            if (!current.schemaString().equals(schemaJson)) {
+            // Compared as types: Delta keeps the schema in its own JSON form (field keys in another order).
+            if (!DataType.fromJson(current.schemaString()).equals(DataType.fromJson(schemaJson))) {
                 txn.updateMetadata(new Metadata(current.id(), current.name(), current.description(),
                         current.format(), schemaJson, current.partitionColumns(), current.configuration(),
                         current.createdTime()), false);
