@@ -296,8 +296,8 @@ RAPIDS_SQL_KEY = "spark.churn.ingest.rapidsSql"
 
 def plugin_conf(spark: SparkSession) -> dict[str, str]:
     """The RAPIDS settings ingest's queries run with: the plugin's SQL off when the profile says so, and then bronze
-    written by Delta's own writer (a file commit, ``delta_io.WRITE_FILES_KEY``, would write its Parquet on the CPU
-    too, where it measured no faster than Delta's writer: docs/etl.md). With the plugin on, the session's settings."""
+    written by Delta's own writer, the CPU path the plugin's was measured against (docs/gpu.md). With the plugin on,
+    the session's settings."""
     if not conf_flag(spark, RAPIDS_SQL_KEY, True):
         return {"spark.rapids.sql.enabled": "false", delta_io.WRITE_FILES_KEY: "false"}
     return {}

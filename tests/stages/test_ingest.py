@@ -71,7 +71,7 @@ def test_ingest_catches_short_and_long_rows_with_raw_text_file_and_record_number
     assert spark.conf.get("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", None) is None
     # Bronze's strings are written plain, without Parquet dictionaries; the session's setting is put back after.
     for table in ("bronze/customers", "bronze/events"):
-        files = glob.glob(f"{lake}/{table}/*.parquet")
+        files = glob.glob(f"{lake}/{table}/**/*.parquet", recursive=True)   # a file commit's are in a folder
         assert files
         for f in files:
             chunks = pq.ParquetFile(f).metadata.row_group(0)
