@@ -100,9 +100,6 @@ def overwrite_files(spark: SparkSession, path: str, v: int, schema) -> DataFrame
 
 def adds_as_parquet(spark: SparkSession, path: str, adds: list[dict] | None, schema) -> DataFrame | None:
     """``overwrite_files`` of a plain overwrite's ``add`` actions already read."""
-    # A file of no rows adds none (Spark's writer leaves one from a first task that had none, to keep the schema).
-    adds = [a for a in adds or () if json.loads(a.get("stats") or "{}").get("numRecords") != 0
-            or a.get("deletionVector") or a.get("partitionValues")]
     if not adds:
         return None
     names = set(schema.fieldNames())

@@ -368,7 +368,7 @@ def scanned(spark: SparkSession, inputs: dict[str, list[InputFile]], whole: set[
 
 
 def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list],
-            whole: set[InputFile] = frozenset()) -> dict[str, Layout]:
+            whole: set[InputFile]) -> dict[str, Layout]:
     """Each dataset's splits, records and lines from its chunks (``scanned``); a file in ``whole`` is one split,
     counted as it is read, its records and lines left for ``counted``.
 
@@ -603,8 +603,6 @@ def bronze_counts_from_commit(spark: SparkSession, table: str, version: int,
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for add in adds:
         stats = json.loads(add.get("stats") or "{}")
-        if stats.get("numRecords") == 0:
-            continue    # no rows (an empty split's file): nothing to count
         lo, hi = stats.get("minValues") or {}, stats.get("maxValues") or {}
         name, n = lo.get("source_file"), stats.get("numRecords")
         first, last = lo.get("record_number"), hi.get("record_number")

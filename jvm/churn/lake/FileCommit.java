@@ -111,7 +111,7 @@ public final class FileCommit {
             actions.add(old.remove());
         }
         long rows = added(spark, txn, table, folder, names, sizes, times, longestStr, actions, null);
-        return new long[] {commit(spark, txn, actions, names.length, rows, sizes, null, Option.empty()), rows};
+        return new long[] {commit(spark, txn, actions, rows, null, Option.empty()), rows};
     }
 
     /**
@@ -149,24 +149,32 @@ public final class FileCommit {
         if (slice.isEmpty() && rows == 0) {
             return new long[] {txn.readVersion(), 0};   // as Delta: nothing to remove, nothing to add, no commit
         }
-        return new long[] {commit(spark, txn, actions, names.length, rows, sizes, (long) slice.size(),
+        return new long[] {commit(spark, txn, actions, rows, (long) slice.size(),
                 Option.apply(predicate)), rows};
     }
 
     /**
-     * Adds to {@code actions} one {@code AddFile} per file {@code names} of {@code folder}, its rows and statistics
-     * (of the columns the transaction's table keeps them of) read from its footer, each statistics map first given
-     * to {@code check} (if any); returns the files' rows.
+     * Adds to {@code actions} one {@code AddFile} per file {@code names} of {@code folder} that holds rows, its rows and
+     * statistics (of the columns the transaction's table keeps them of) read from its footer, each statistics map
+     * first given to {@code check} (if any); a file of no rows is deleted, as Delta's writer commits none. Returns
+     * the files' rows.
      */
     private static long added(SparkSession spark, OptimisticTransaction txn, String table, String folder,
                               String[] names, long[] sizes, long[] times, int longestStr, List<Action> actions,
                               java.util.function.Consumer<Map<String, Object>> check) throws java.io.IOException {
         ObjectMapper json = new ObjectMapper();
         String[] columns = statsColumns(txn.metadata());
-        List<ParquetMetadata> footers = footers(spark, new Path(table, folder), names);
+        Path dir = new Path(table, folder);
+        List<ParquetMetadata> footers = footers(spark, dir, names);
         long rows = 0;
         for (int i = 0; i < names.length; i++) {
             Map<String, Object> stats = stats(footers.get(i), columns, longestStr);
+            if ((Long) stats.get("numRecords") == 0) {
+                // Spark's first task leaves a file even when it has no rows; Delta's writer commits none such.
+                Path empty = new Path(dir, names[i]);
+                empty.getFileSystem(spark.sessionState().newHadoopConf()).delete(empty, false);
+                continue;
+            }
             if (check != null) {
                 check.accept(stats);
             }
@@ -182,12 +190,20 @@ public final class FileCommit {
      * {@code replaceWhere} records it), with the write's metrics (and the files removed, where given); returns the
      * version committed.
      */
-    private static long commit(SparkSession spark, OptimisticTransaction txn, List<Action> actions, int files,
-                               long rows, long[] sizes, Long removed, Option<String> predicate) {
+    private static long commit(SparkSession spark, OptimisticTransaction txn, List<Action> actions, long rows,
+                               Long removed, Option<String> predicate) {
+        long files = 0;
+        long bytes = 0;
+        for (Action action : actions) {
+            if (action instanceof AddFile) {
+                files++;
+                bytes += ((AddFile) action).size();
+            }
+        }
         Map<String, SQLMetric> metrics = new HashMap<>();
         metrics.put("numFiles", metric(spark, "number of files written", files));
         metrics.put("numOutputRows", metric(spark, "number of output rows", rows));
-        metrics.put("numOutputBytes", metric(spark, "written output", Arrays.stream(sizes).sum()));
+        metrics.put("numOutputBytes", metric(spark, "written output", bytes));
         if (removed != null) {
             metrics.put("numRemovedFiles", metric(spark, "number of files removed", removed));
         }
