@@ -60,3 +60,21 @@ def test_gpus_refuses_counts_that_are_not_numbers_of_this_hosts_gpus_before_it_r
                                       ("0", "'0' is not a number of GPUs")))
     assert not (tmp_path / "state" / "results" / "gpus").exists(), "a refused gpus left results behind"
     assert not list((tmp_path / "state").glob("worker-*.pid")), "a refused gpus started a worker"
+
+
+def test_the_executors_keep_the_profiles_java_options_with_the_scripts_own_log4j_file(tmp_path):
+    # The executors' options go as one java argument file (an --conf here replaces the profile's value whole):
+    # base.conf's flags must be in it, and the log4j file must be the script's, not the profile's.
+    state = tmp_path / "state"
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "settings"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "GPUVAL": str(state)}, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    args_file = state / "executor-java.args"
+    assert f"--conf spark.executor.extraJavaOptions=@{args_file}" in out.stdout.splitlines()
+    options = args_file.read_text().splitlines()
+    assert "-XX:-DontCompileHugeMethods" in options
+    assert "-XX:+UseTransparentHugePages" in options
+    assert [o for o in options if "log4j2.configurationFile" in o] == [
+        f"-Dlog4j2.configurationFile={state}/log4j2-executor.properties"]
+    java = subprocess.run(["java", f"@{args_file}", "-version"], capture_output=True, text=True, timeout=60)
+    assert java.returncode == 0, java.stderr   # a java launcher takes the file as its options
