@@ -117,8 +117,12 @@ public final class CsvSource implements TableProvider {
                     splits = new long[s.size()][];
                     for (int i = 0; i < s.size(); i++) {
                         JsonNode split = s.get(i);
+                        if (split.size() != 5) {
+                            throw new IllegalArgumentException("churn.ingest.CsvSource: a split is [file, start, end, "
+                                + "first record number, counted], got " + split);
+                        }
                         splits[i] = new long[]{split.get(0).asLong(), split.get(1).asLong(), split.get(2).asLong(),
-                            split.get(3).asLong(), split.size() > 4 ? split.get(4).asLong() : 0};
+                            split.get(3).asLong(), split.get(4).asLong()};
                         if (splits[i][4] != 0 && (splits[i][1] != 0 || !o.containsKey("tally"))) {
                             throw new IllegalArgumentException("churn.ingest.CsvSource: a counted split must start "
                                 + "at its file's start, and option tally name its tally");
