@@ -272,13 +272,13 @@ def overwrite_counted(df: DataFrame, path: str, partition_by: tuple[str, ...] = 
     (``WRITE_FILES_KEY``), an unpartitioned table is written as Parquet files and committed (``overwrite_as_files``)."""
     if not partition_by and conf_flag(df.sparkSession, WRITE_FILES_KEY, False):
         return overwrite_as_files(df, path, properties)
-    plans.observe(df, path)
     writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
     for key, value in (properties or {}).items():
         writer = writer.option(key, value)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.save(path)
+    with plans.observing(df, path):
+        writer.save(path)
     return last_commit(df.sparkSession, path)
 
 
@@ -305,9 +305,9 @@ def overwrite_as_files(df: DataFrame, path: str, properties: dict[str, str] | No
     spark = df.sparkSession
     before = committed_version(spark, path)
     folder = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
-    plans.observe(df, path)
     try:
-        df.write.mode("errorifexists").parquet(f"{path.rstrip('/')}/{folder}")
+        with plans.observing(df, path):
+            df.write.mode("errorifexists").parquet(f"{path.rstrip('/')}/{folder}")
         files = written_files(spark, f"{path.rstrip('/')}/{folder}")
         gateway = spark.sparkContext._gateway
         version, rows = gateway.jvm.churn.lake.FileCommit.overwrite(
@@ -360,8 +360,8 @@ def replace_where_counted(df: DataFrame, path: str, predicate: str, partition_by
         if commit is not None:
             return commit
     before = committed_version(spark, path)
-    plans.observe(df, path)
-    df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
+    with plans.observing(df, path):
+        df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path)
     commit = last_commit(spark, path)
     return Commit(commit.version, 0) if commit.version == before else commit
 
@@ -384,9 +384,9 @@ def replace_slice_as_files(df: DataFrame, path: str, predicate: str) -> Commit |
     column, value = match.groups()
     before = committed_version(spark, path)
     folder = f"{path.rstrip('/')}/{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
-    plans.observe(df, path)
     try:
-        df.write.mode("errorifexists").parquet(folder)
+        with plans.observing(df, path):
+            df.write.mode("errorifexists").parquet(folder)
         files = written_files(spark, folder)
         gateway = spark.sparkContext._gateway
         result = gateway.jvm.churn.lake.FileCommit.replaceSlice(
@@ -404,6 +404,6 @@ def replace_slice_as_files(df: DataFrame, path: str, predicate: str) -> Commit |
 
 
 def append_once(df: DataFrame, path: str, app_id: str, txn_version: int) -> int:
-    plans.observe(df, path)
-    df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", txn_version).save(path)
+    with plans.observing(df, path):
+        df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", txn_version).save(path)
     return version(df.sparkSession, path)

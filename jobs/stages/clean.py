@@ -174,8 +174,8 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
         return DataFrame(spark._jvm.churn.spark.RowBlocks.keep(df._jdf, ROW_BLOCK_BYTES), spark)
     if scratch is None:
         raise ValueError("materialised: the files mode needs a scratch folder")
-    plans.observe(df, scratch)   # the classification's plan, for the GPU plan collector (its later readers scan files)
-    df.write.mode("overwrite").parquet(scratch)
+    with plans.observing(df, scratch):   # the classification's plan, for the GPU plan collector (its readers scan files)
+        df.write.mode("overwrite").parquet(scratch)
     free_shuffle_files(spark)
     return spark.read.schema(df.schema).parquet(scratch)   # the schema known: no Spark job to infer it from a footer
 

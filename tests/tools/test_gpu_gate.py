@@ -22,9 +22,11 @@ df = spark.range(2).select(F.when(F.col("id") == 0, " month-TO-month ").otherwis
 # here: the plugin runs its exec and moves the data as Arrow, only the UDF body stays in Python.)
 shout = lambda c: F.expr(f"reflect('java.lang.String', 'valueOf', {c})")
 with collector.stage("clean"):
-    plans.observe(df.withColumn("c", F.upper(F.trim("contract_type"))), "built-ins")
+    with plans.observing(df.withColumn("c", F.upper(F.trim("contract_type"))), "built-ins"):
+        pass  # where a write would run while the planner judges its frame
     built_ins = list(collector.by_stage["clean"])
-    plans.observe(df.withColumn("c", shout("contract_type")), "with-udf")
+    with plans.observing(df.withColumn("c", shout("contract_type")), "with-udf"):
+        pass
 bad = gpu_gate.unexpected(collector.by_stage, gpu_gate.load_allowlist())
 print("RESULT " + json.dumps({"built_ins": built_ins, "unexpected": bad}))
 """
