@@ -1,4 +1,4 @@
-"""Score stage: gold features + a saved model -> predictions Delta table (one slice per run_id).
+"""Score stage: gold features + a saved model -> predictions Delta table (one slice of files per run_id).
 
     scripts/submit score --lake data/lake --model data/models/<run_id>/model [--run-id <run_id>]
 
@@ -31,7 +31,10 @@ def run(spark: SparkSession, lake: str, model: str, run_id: str | None) -> Stage
     boundaries = evaluate.decile_boundaries(probabilities, "churn_probability")
     predictions = probabilities.transform(lambda df: with_decile_and_run(df, boundaries, run_id))
     path = delta_io.table_path(lake, "predictions")
-    commit = delta_io.replace_where_counted(predictions, path, f"run_id = '{run_id}'", partition_by=("run_id",))
+    # Unpartitioned: each run's rows are files of their own, whose statistics on run_id (min = max) let a reader of
+    # one run skip the others' files and let the write be Parquet files and a commit of that slice, as every table's
+    # (the GPU writes them under gpu). A table written partitioned by run_id before keeps its layout, through Delta.
+    commit = delta_io.replace_where_counted(predictions, path, f"run_id = '{run_id}'")
     probabilities.unpersist()
     rows = checked_rows(gold, commit, path, run_id)
     return StageRecord(stage=STAGE.name, read={"gold_features": gold_version}, wrote={"predictions": commit.version},
