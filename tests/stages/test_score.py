@@ -52,3 +52,28 @@ def test_predictions_are_counted_from_the_commit_and_held_to_gold(spark, trained
 def test_missing_model_is_a_user_error(spark, trained, tmp_path):
     with pytest.raises(UserError, match="no saved model"):
         score.run(spark, trained["lake"], str(tmp_path / "nowhere" / "model"), "r9")
+
+
+def test_each_run_is_a_slice_of_files_and_an_older_partitioned_table_keeps_its_layout(spark, trained, tmp_path):
+    model = trained["record"].extra["model_path"]
+    gold, _ = delta_io.read(spark, delta_io.table_path(trained["lake"], "gold_features"))
+    # The session's table: unpartitioned, every file holding one run.
+    path = delta_io.table_path(trained["lake"], "predictions")
+    files = spark.read.format("delta").load(path).select(F.input_file_name().alias("f"), "run_id").distinct()
+    assert spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["partitionColumns"] == []
+    assert files.groupBy("f").count().where("count > 1").count() == 0
+    # written as Parquet files and committed (the cpu profile's file commits), not by Delta's writer
+    assert all(f"/{delta_io.WRITE_FOLDER_PREFIX}" in r["f"] for r in files.collect())
+    # A lake whose predictions were written partitioned by run_id, holding another run: that run's rows stay, r1's
+    # are replaced, the table keeps its partitioning.
+    lake = str(tmp_path / "lake")
+    delta_io.overwrite(gold, delta_io.table_path(lake, "gold_features"))
+    old = delta_io.table_path(lake, "predictions")
+    rows = [("C1", 0.5, 5, "older"), ("C2", 0.25, 3, "older"), ("C1", 0.9, 10, "r1")]
+    (spark.createDataFrame(rows, "customer_id string, churn_probability double, decile int, run_id string")
+     .write.format("delta").partitionBy("run_id").save(old))
+    record = score.run(spark, lake, model, "r1")
+    assert record.counts == {"predictions": N_CUSTOMERS}
+    assert spark.sql(f"DESCRIBE DETAIL delta.`{old}`").first()["partitionColumns"] == ["run_id"]
+    by_run = {r["run_id"]: r["count"] for r in spark.read.format("delta").load(old).groupBy("run_id").count().collect()}
+    assert by_run == {"older": 2, "r1": N_CUSTOMERS}
