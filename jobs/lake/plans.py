@@ -119,8 +119,9 @@ def observing(df: DataFrame, target: str):
     """Called by jobs.lake.delta_io around each write: the plugin's planner judges ``df`` on a thread of its own
     while the write in the block plans and runs, instead of before it (a second planning of the whole query on the
     driver, 0.02-0.46 s a write under gpu-explain at 200k customers on 2 cores, off the write's critical path where
-    the driver has a core to spare), and the block ends once both are done. The planner reads the session's settings as the write does, so the two see the same ones as
-    long as the block holds them (a stage's ``session_conf`` around its writes)."""
+    the driver has a core to spare), and the block ends once both are done. The planner reads the session's
+    settings as the write does, so the two see the same ones as long as the block holds them (a stage's
+    ``session_conf`` around its writes)."""
     collector = PlanCollector._active
     if collector is None or not collector.enabled:
         yield

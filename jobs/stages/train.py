@@ -264,9 +264,9 @@ def runs_txn(run_id: str) -> tuple[str, int]:
 
 
 def runs_row(spark: SparkSession, info: dict) -> DataFrame:
-    """The run's row of the runs table, as literals over a one-row range: planned and written in the JVM alone (a
-    frame made from Python rows is a Python RDD, whose tasks start Python workers on the executors to write one row,
-    ~1.4 s of train under gpu at 6M customers, and which the RAPIDS Accelerator cannot plan)."""
+    """The run's row of the runs table, as literals over a one-row range: planned and written in the JVM alone, one
+    task. A frame made from Python rows is a Python RDD, split over every core (a job of 16 tasks on a 16-core
+    executor for one row), and the RAPIDS Accelerator cannot plan its scan (the plan's only fallback in train)."""
     test = info["metrics"]["test"]
     oracle = info["oracle_auc"]
     columns = (
