@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from jobs.lake import delta_io
+from jobs.lake.session import session_conf
 
 
 def test_delta_write_read_time_travel_and_schema_enforcement(spark, tmp_path):
@@ -39,9 +40,27 @@ def test_delta_write_read_time_travel_and_schema_enforcement(spark, tmp_path):
 def test_append_once_skips_a_repeated_transaction(spark, tmp_path):
     path = str(tmp_path / "runs")
     row = spark.createDataFrame([Row(run_id="r1", auc=0.8)])
-    delta_io.append_once(row, path, app_id="train", txn_version=7)
-    delta_io.append_once(row, path, app_id="train", txn_version=7)
+    assert delta_io.append_once(row, path, app_id="train", txn_version=7) == 0
+    assert delta_io.append_once(row, path, app_id="train", txn_version=7) == 0   # skipped: no commit
+    assert delta_io.append_once(row, path, app_id="train", txn_version=6) == 0   # an older version: skipped too
     assert spark.read.format("delta").load(path).count() == 1
+    # Under the cpu profile (file commits) the row is a Parquet file in a folder of its own, and the skipped appends
+    # left no files behind.
+    folders = [p.name for p in tmp_path.joinpath("runs").iterdir() if p.name.startswith(delta_io.WRITE_FOLDER_PREFIX)]
+    assert len(folders) == 1
+    # Delta's own writer reads the recorded transaction: it skips the same app id and version, appends a newer one.
+    row.write.format("delta").mode("append").option("txnAppId", "train").option("txnVersion", 7).save(path)
+    assert delta_io.version(spark, path) == 0
+    assert delta_io.append_once(row, path, app_id="train", txn_version=8) == 1
+    assert spark.read.format("delta").load(path).count() == 2
+
+
+def test_append_once_to_a_partitioned_table_goes_through_delta(spark, tmp_path):
+    path = str(tmp_path / "parts")
+    spark.createDataFrame([Row(run_id="r1", auc=0.8)]).write.format("delta").partitionBy("run_id").save(path)
+    assert delta_io.append_once(spark.createDataFrame([Row(run_id="r2", auc=0.7)]), path, "train", 1) == 1
+    assert sorted(r["run_id"] for r in spark.read.format("delta").load(path).collect()) == ["r1", "r2"]
+    assert not [p for p in tmp_path.joinpath("parts").iterdir() if p.name.startswith(delta_io.WRITE_FOLDER_PREFIX)]
 
 
 def test_replace_where_only_touches_its_slice(spark, tmp_path):
@@ -72,13 +91,10 @@ def test_gpu_profiles_scan_a_delta_snapshot_as_exactly_its_parquet_files(spark, 
     delta_io.append_once(spark.createDataFrame([(4, "d")], "id long, s string"), path, "t", 1)        # v2
     parts = str(tmp_path / "p")
     delta_io.overwrite(spark.createDataFrame([(5, "x")], "id long, s string"), parts, partition_by=("s",))
-    spark.conf.set(delta_io.FILES_AS_PARQUET_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.FILES_AS_PARQUET_KEY: "true"}):
         latest, v = delta_io.read(spark, path)
         old, _ = delta_io.read(spark, path, 0)
         partitioned, _ = delta_io.read(spark, parts)
-    finally:
-        spark.conf.unset(delta_io.FILES_AS_PARQUET_KEY)
     # A plain Parquet scan lists its files in memory; a Delta scan asks the Delta log (Tahoe*/Delta* index).
     assert v == 2 and _scan_file_indexes(latest) == ["InMemoryFileIndex"]
     # The files the pinned version lists, nothing the folder also holds: v0's removed file is not read at v2 ...
@@ -139,11 +155,8 @@ def test_every_profile_reads_a_plain_overwrite_as_its_commits_files_and_anything
     assert v == 2 and ["Delta" in i or "Tahoe" in i for i in _scan_file_indexes(appended)] == [True]
     assert sorted(r["id"] for r in appended.collect()) == [3, 4]
 
-    spark.conf.set(delta_io.READ_COMMIT_FILES_KEY, "false")
-    try:
+    with session_conf(spark, {delta_io.READ_COMMIT_FILES_KEY: "false"}):
         through_delta, _ = delta_io.read(spark, path, 1)
-    finally:
-        spark.conf.unset(delta_io.READ_COMMIT_FILES_KEY)
     assert ["Delta" in i or "Tahoe" in i for i in _scan_file_indexes(through_delta)] == [True]
 
     # Deletion vectors need reader version 3: such a table is read through Delta whatever its commits.
@@ -207,15 +220,12 @@ def test_a_file_commit_overwrites_as_deltas_own_writer_does(spark, tmp_path):
          (None, 7, None, dt.datetime(2024, 5, 6, 7, 8, 9), None)],
         "customer_id string, n long, d date, ts timestamp, note string").coalesce(1)
     properties = {"delta.dataSkippingStatsColumns": "customer_id,n,d,ts,note"}
-    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
         assert delta_io.overwrite_counted(first, path, properties=properties) == (0, 3)
         second = spark.createDataFrame([("c9", 1, 2.5), ("c8", 2, 0.5)], "customer_id string, n long, x double")
         second = second.select("customer_id", "n", *[F.lit(None).cast(t).alias(c) for c, t in
                                                       (("d", "date"), ("ts", "timestamp"), ("note", "string"))], "x")
         assert delta_io.overwrite_counted(second.repartition(2), path) == (1, 2)
-    finally:
-        spark.conf.unset(delta_io.WRITE_FILES_KEY)
 
     assert_df_equality(delta_io.read(spark, path, 0)[0], first, ignore_row_order=True, ignore_nullable=True)
     latest, v = delta_io.read(spark, path)
@@ -251,25 +261,24 @@ def test_a_file_commit_overwrites_as_deltas_own_writer_does(spark, tmp_path):
     table.load_as_version(0)
     assert table.to_pyarrow_table().num_rows == 3
     # Delta's own writer takes over from a file commit (a profile switched): its overwrite removes the commit's files.
-    assert delta_io.overwrite(first, path) == 2
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "false"}):
+        assert delta_io.overwrite(first, path) == 2
     assert [a["remove"]["path"].split("/")[0][:2] for a in delta_io.commit_actions(spark, path, 2) if "remove" in a] == ["w-", "w-"]
     assert_df_equality(delta_io.read(spark, path)[0], first, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_a_failed_file_commit_leaves_the_table_and_its_folder_as_they_were(spark, tmp_path):
     path = str(tmp_path / "t")
-    delta_io.overwrite(spark.createDataFrame([(1, "a")], "id long, s string"), path)
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "false"}):   # a table of Delta's writer: no folder but its log
+        delta_io.overwrite(spark.createDataFrame([(1, "a")], "id long, s string"), path)
     failing = spark.range(3).select(F.col("id"), F.when(F.col("id") < 5, F.raise_error("no")).cast("string").alias("s"))
     empty = spark.createDataFrame([], "id long, s string")
-    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
         with pytest.raises(Exception, match="no"):
             delta_io.overwrite_counted(failing, path)
         assert delta_io.version(spark, path) == 0
         assert sorted(p.name for p in (tmp_path / "t").iterdir() if p.is_dir()) == ["_delta_log"]
         assert delta_io.overwrite_counted(empty, path) == (1, 0)
-    finally:
-        spark.conf.unset(delta_io.WRITE_FILES_KEY)
     assert delta_io.read(spark, path)[0].count() == 0
 
 
@@ -280,13 +289,8 @@ def test_a_file_commit_takes_each_files_statistics_from_all_of_its_row_groups(sp
     ids = [f"a{i:04d}" for i in range(1000)]
     rows = [(ids[(i * 7) % 1000], None if i % 10 == 0 else i) for i in range(1000)]   # every id once, out of order
     small_groups = {"parquet.block.size": "2048", "parquet.page.size": "512", delta_io.WRITE_FILES_KEY: "true"}
-    for key, value in small_groups.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, small_groups):
         delta_io.overwrite_counted(spark.createDataFrame(rows, "id string, n long").coalesce(1), path)
-    finally:
-        for key in small_groups:
-            spark.conf.unset(key)
     (add,) = [a["add"] for a in delta_io.commit_actions(spark, path, 0) if "add" in a]
     assert pq.ParquetFile(tmp_path / "t" / add["path"]).metadata.num_row_groups > 3
     assert json.loads(add["stats"]) == {"numRecords": 1000, "minValues": {"id": "a0000", "n": 1},
@@ -298,12 +302,9 @@ def test_a_file_commit_describes_the_columns_its_table_keeps_statistics_of(spark
     is created, read from the table's properties afterwards."""
     path = str(tmp_path / "t")
     df = spark.createDataFrame([(1, "x", 2.5)], "a long, b string, c double").coalesce(1)
-    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
         delta_io.overwrite_counted(df, path, properties={"delta.dataSkippingNumIndexedCols": "2"})
         delta_io.overwrite_counted(df, path)
-    finally:
-        spark.conf.unset(delta_io.WRITE_FILES_KEY)
     for version in (0, 1):
         (add,) = [a["add"] for a in delta_io.commit_actions(spark, path, version) if "add" in a]
         assert json.loads(add["stats"]) == {"numRecords": 1, "minValues": {"a": 1, "b": "x"},
@@ -317,24 +318,22 @@ def test_a_file_commit_replaces_a_slice_as_deltas_replace_where_does(spark, tmp_
     with nothing committed or left behind."""
     path = str(tmp_path / "q")
     schema = "stage string, reason string, n long"
-    delta_io.overwrite(spark.createDataFrame([("ingest", "wrong_field_count", 1), ("ingest", "unclosed_quote", 2)],
-                                             schema).coalesce(1), path)
-    delta_io.replace_where(spark.createDataFrame([("clean", "bad_date", 3)], schema).coalesce(1), path,
-                           "stage = 'clean'")
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "false"}):   # the slices first written by Delta's writer
+        delta_io.overwrite(spark.createDataFrame([("ingest", "wrong_field_count", 1), ("ingest", "unclosed_quote", 2)],
+                                                 schema).coalesce(1), path)
+        delta_io.replace_where(spark.createDataFrame([("clean", "bad_date", 3)], schema).coalesce(1), path,
+                               "stage = 'clean'")
     old_clean = [a["add"]["path"] for a in delta_io.commit_actions(spark, path, 1) if "add" in a]
     new_clean = spark.createDataFrame([("clean", "bad_number", 4), ("clean", "bad_date", 5), ("clean", "x", 6)],
                                       schema).repartition(2)
     outside = spark.createDataFrame([("clean", "bad_date", 7), ("ingest", "bad_date", 8)], schema)
-    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
         assert delta_io.replace_where_counted(new_clean, path, "stage = 'clean'") == (2, 3)
         with pytest.raises(Exception, match="does not match replaceWhere"):
             delta_io.replace_where_counted(outside, path, "stage = 'clean'")
         assert delta_io.version(spark, path) == 2
         assert len([p for p in (tmp_path / "q").iterdir() if p.name.startswith("w-")]) == 1
         assert delta_io.replace_where_counted(new_clean, path, "stage = 'clean'") == (3, 3)
-    finally:
-        spark.conf.unset(delta_io.WRITE_FILES_KEY)
 
     expected = spark.createDataFrame([("ingest", "wrong_field_count", 1), ("ingest", "unclosed_quote", 2),
                                       ("clean", "bad_number", 4), ("clean", "bad_date", 5), ("clean", "x", 6)], schema)
@@ -356,14 +355,12 @@ def test_a_slice_some_file_shares_with_another_is_replaced_through_delta(spark, 
     can split it: the profile's file commit steps aside and the result is the same."""
     path = str(tmp_path / "q")
     schema = "stage string, n long"
-    delta_io.overwrite(spark.createDataFrame([("ingest", 1), ("clean", 2)], schema).coalesce(1), path)
-    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "false"}):   # one file of both stages, by Delta's writer
+        delta_io.overwrite(spark.createDataFrame([("ingest", 1), ("clean", 2)], schema).coalesce(1), path)
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
         # Delta rewrites the shared file's other row beside the new one: two rows written.
         assert delta_io.replace_where_counted(spark.createDataFrame([("clean", 9)], schema), path,
                                               "stage = 'clean'") == (1, 2)
-    finally:
-        spark.conf.unset(delta_io.WRITE_FILES_KEY)
     assert not [p for p in (tmp_path / "q").iterdir() if p.name.startswith("w-")]
     assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
                        ignore_row_order=True, ignore_nullable=True)
@@ -379,12 +376,9 @@ def test_a_file_commit_on_a_checkpointed_table_takes_its_files_from_deltas_snaps
     for n in (2, 3):
         spark.createDataFrame([("clean", n)], schema).coalesce(1).write.format("delta").mode("append").save(path)
     assert (tmp_path / "q" / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
-    spark.conf.set(delta_io.WRITE_FILES_KEY, "true")
-    try:
+    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
         assert delta_io.replace_where_counted(spark.createDataFrame([("clean", 9)], schema).coalesce(1), path,
                                               "stage = 'clean'") == (4, 1)
-    finally:
-        spark.conf.unset(delta_io.WRITE_FILES_KEY)
     assert len([a for a in delta_io.commit_actions(spark, path, 4) if "remove" in a]) == 2
     assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
                        ignore_row_order=True, ignore_nullable=True)

@@ -40,6 +40,7 @@ import org.apache.spark.sql.delta.OptimisticTransaction;
 import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.RemoveFile;
+import org.apache.spark.sql.delta.actions.SetTransaction;
 import org.apache.spark.sql.delta.util.FileNames;
 import org.apache.spark.sql.delta.LogSegment;
 import org.apache.spark.sql.delta.actions.Format;
@@ -64,7 +65,8 @@ import scala.collection.Seq;
  * counts and describes them from their footers. Delta's optimistic transaction does the rest: a new table gets its
  * metadata and protocol, a changed schema replaces the old one (as {@code overwriteSchema} does), and a concurrent
  * commit fails this one. {@link #replaceSlice} commits files as one slice ({@code column = 'value'}) of a table the
- * same way, as Delta's {@code replaceWhere} would.
+ * same way, as Delta's {@code replaceWhere} would, and {@link #appendOnce} appends them as Delta's idempotent append
+ * ({@code txnAppId}, {@code txnVersion}) would.
  * Only unpartitioned tables.
  */
 public final class FileCommit {
@@ -90,9 +92,7 @@ public final class FileCommit {
             throws java.io.IOException {
         OptimisticTransaction txn = DeltaLog.forTable(spark, table).startTransaction();
         if (txn.readVersion() < 0) {
-            txn.updateMetadataForNewTable(new Metadata(UUID.randomUUID().toString(), null, null,
-                    new Format("parquet", scalaMap(new HashMap<>())), schemaJson, seq(new ArrayList<String>()),
-                    scalaMap(properties), Option.apply((Object) System.currentTimeMillis())));
+            txn.updateMetadataForNewTable(newTable(schemaJson, properties));
         } else {
             Metadata current = txn.metadata();
             if (!current.partitionColumns().isEmpty()) {
@@ -111,7 +111,43 @@ public final class FileCommit {
             actions.add(old.remove());
         }
         long rows = added(spark, txn, table, folder, names, sizes, times, longestStr, actions, null);
-        return new long[] {commit(spark, txn, actions, rows, null, Option.empty()), rows};
+        return new long[] {commit(spark, txn, actions, rows, null, Option.empty(), SaveMode.Overwrite), rows};
+    }
+
+    /**
+     * Parquet files already written under {@code table}'s sub-folder {@code folder}, appended as Delta's writer appends
+     * with {@code txnAppId} and {@code txnVersion}: where the table already records {@code appId} at
+     * {@code txnVersion} or later, nothing is committed and the result is {read version, 0} (the caller removes the
+     * files); otherwise one commit adds the files and records the version for the app id ({@code SetTransaction}), so
+     * that a concurrent append of the same app id fails this one. A new table is created with the files' schema. Null
+     * (nothing committed) where the table is partitioned or has another schema: the caller writes through Delta.
+     *
+     * @return {version committed (or read, where skipped), rows of the files added}, or null
+     */
+    public static long[] appendOnce(SparkSession spark, String table, String folder, String[] names, long[] sizes,
+                                    long[] times, String schemaJson, String appId, long txnVersion, int longestStr)
+            throws java.io.IOException {
+        OptimisticTransaction txn = DeltaLog.forTable(spark, table).startTransaction();
+        if (txn.readVersion() < 0) {
+            txn.updateMetadataForNewTable(newTable(schemaJson, new HashMap<>()));
+        } else if (!txn.metadata().partitionColumns().isEmpty()
+                || !DataType.fromJson(txn.metadata().schemaString()).equals(DataType.fromJson(schemaJson))) {
+            return null;
+        }
+        if (txn.txnVersion(appId) >= txnVersion) {
+            return new long[] {txn.readVersion(), 0};
+        }
+        List<Action> actions = new ArrayList<>();
+        actions.add(new SetTransaction(appId, txnVersion, Option.apply((Object) System.currentTimeMillis())));
+        long rows = added(spark, txn, table, folder, names, sizes, times, longestStr, actions, null);
+        return new long[] {commit(spark, txn, actions, rows, null, Option.empty(), SaveMode.Append), rows};
+    }
+
+    /** A new table's metadata: the schema, {@code properties} over the session's defaults for new tables. */
+    private static Metadata newTable(String schemaJson, Map<String, String> properties) {
+        return new Metadata(UUID.randomUUID().toString(), null, null, new Format("parquet", scalaMap(new HashMap<>())),
+                schemaJson, seq(new ArrayList<String>()), scalaMap(properties),
+                Option.apply((Object) System.currentTimeMillis()));
     }
 
     /**
@@ -150,7 +186,7 @@ public final class FileCommit {
             return new long[] {txn.readVersion(), 0};   // as Delta: nothing to remove, nothing to add, no commit
         }
         return new long[] {commit(spark, txn, actions, rows, (long) slice.size(),
-                Option.apply(predicate)), rows};
+                Option.apply(predicate), SaveMode.Overwrite), rows};
     }
 
     /**
@@ -186,12 +222,11 @@ public final class FileCommit {
     }
 
     /**
-     * Commits {@code actions} as a {@code WRITE} in mode {@code Overwrite} (with {@code predicate}, as a
-     * {@code replaceWhere} records it), with the write's metrics (and the files removed, where given); returns the
-     * version committed.
+     * Commits {@code actions} as a {@code WRITE} in {@code mode} (with {@code predicate}, as a {@code replaceWhere}
+     * records it), with the write's metrics (and the files removed, where given); returns the version committed.
      */
     private static long commit(SparkSession spark, OptimisticTransaction txn, List<Action> actions, long rows,
-                               Long removed, Option<String> predicate) {
+                               Long removed, Option<String> predicate, SaveMode mode) {
         long files = 0;
         long bytes = 0;
         for (Action action : actions) {
@@ -208,7 +243,7 @@ public final class FileCommit {
             metrics.put("numRemovedFiles", metric(spark, "number of files removed", removed));
         }
         txn.registerSQLMetrics(spark, scalaMap(metrics));
-        return txn.commit(seq(actions), new DeltaOperations.Write(SaveMode.Overwrite,
+        return txn.commit(seq(actions), new DeltaOperations.Write(mode,
                 Option.apply(seq(new ArrayList<String>())), predicate, Option.empty()));
     }
 
