@@ -302,24 +302,37 @@ def overwrite_as_files(df: DataFrame, path: str, properties: dict[str, str] | No
     of its own) and strings of more than 32 characters, which get no min/max (a reader then skips no file on them).
     If any step fails nothing is committed and the folder is removed; a reader sees the old version until the
     commit."""
+    version, rows = _file_commit(df, path, "overwrite", dict(properties or {}), STATS_STRING_LENGTH)
+    return Commit(int(version), int(rows))
+
+
+def _file_commit(df: DataFrame, path: str, method: str, *args):
+    """``df`` written as Parquet into a new folder under the table's (``WRITE_FOLDER_PREFIX``), then
+    ``FileCommit.<method>(spark, table, folder, names, sizes, times, schema, *args)`` on its files; returns what that
+    returns ({version, rows}, or None where it declines the table). The folder is removed wherever nothing was
+    committed: the write or the commit failed, the method declined, or it found nothing to commit (the version
+    before)."""
     spark = df.sparkSession
     before = committed_version(spark, path)
-    folder = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
+    name = f"{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
+    folder = f"{path.rstrip('/')}/{name}"
     try:
         with plans.observing(df, path):
-            df.write.mode("errorifexists").parquet(f"{path.rstrip('/')}/{folder}")
-        files = written_files(spark, f"{path.rstrip('/')}/{folder}")
+            df.write.mode("errorifexists").parquet(folder)
+        files = written_files(spark, folder)
         gateway = spark.sparkContext._gateway
-        version, rows = gateway.jvm.churn.lake.FileCommit.overwrite(
-            spark._jsparkSession, path, folder, _array(gateway, gateway.jvm.String, list(files)),
+        result = getattr(gateway.jvm.churn.lake.FileCommit, method)(
+            spark._jsparkSession, path, name, _array(gateway, gateway.jvm.String, list(files)),
             _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
             _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
-            nullable(df.schema).json(), dict(properties or {}), STATS_STRING_LENGTH)
+            nullable(df.schema).json(), *args)
     except BaseException:
         if committed_version(spark, path) == before:   # not committed: the files are nobody's
-            remove_path(spark, f"{path.rstrip('/')}/{folder}")
+            remove_path(spark, folder)
         raise
-    return Commit(int(version), int(rows))
+    if result is None or int(result[0]) == before:
+        remove_path(spark, folder)
+    return result
 
 
 def _array(gateway, kind, values: list):
@@ -380,26 +393,8 @@ def replace_slice_as_files(df: DataFrame, path: str, predicate: str) -> Commit |
     match = SLICE_PREDICATE.match(predicate)
     if match is None or match.group(1) not in df.columns:
         return None
-    spark = df.sparkSession
     column, value = match.groups()
-    before = committed_version(spark, path)
-    folder = f"{path.rstrip('/')}/{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
-    try:
-        with plans.observing(df, path):
-            df.write.mode("errorifexists").parquet(folder)
-        files = written_files(spark, folder)
-        gateway = spark.sparkContext._gateway
-        result = gateway.jvm.churn.lake.FileCommit.replaceSlice(
-            spark._jsparkSession, path, folder.rsplit("/", 1)[1], _array(gateway, gateway.jvm.String, list(files)),
-            _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
-            _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
-            nullable(df.schema).json(), column, value, predicate, STATS_STRING_LENGTH)
-    except BaseException:
-        if committed_version(spark, path) == before:   # not committed: the files are nobody's
-            remove_path(spark, folder)
-        raise
-    if result is None or int(result[0]) == before:   # not such a table, or nothing to replace: no commit
-        remove_path(spark, folder)
+    result = _file_commit(df, path, "replaceSlice", column, value, predicate, STATS_STRING_LENGTH)
     return None if result is None else Commit(int(result[0]), int(result[1]))
 
 
@@ -423,23 +418,5 @@ def append_once_as_files(df: DataFrame, path: str, app_id: str, txn_version: int
     """``append_once`` as a Parquet write into a folder of its own under the table's and one commit; None, with
     nothing committed and the files removed, where the table is partitioned or has another schema (the caller
     appends through Delta)."""
-    spark = df.sparkSession
-    folder = f"{path.rstrip('/')}/{WRITE_FOLDER_PREFIX}{uuid.uuid4().hex}"
-    before = committed_version(spark, path)
-    try:
-        with plans.observing(df, path):
-            df.write.mode("errorifexists").parquet(folder)
-        files = written_files(spark, folder)
-        gateway = spark.sparkContext._gateway
-        result = gateway.jvm.churn.lake.FileCommit.appendOnce(
-            spark._jsparkSession, path, folder.rsplit("/", 1)[1], _array(gateway, gateway.jvm.String, list(files)),
-            _array(gateway, gateway.jvm.long, [size for size, _ in files.values()]),
-            _array(gateway, gateway.jvm.long, [time for _, time in files.values()]),
-            nullable(df.schema).json(), app_id, txn_version, STATS_STRING_LENGTH)
-    except BaseException:
-        if committed_version(spark, path) == before:   # not committed: the files are nobody's
-            remove_path(spark, folder)
-        raise
-    if result is None or int(result[0]) == before:   # another layout, or this app id's version is in: no commit
-        remove_path(spark, folder)
+    result = _file_commit(df, path, "appendOnce", app_id, txn_version, STATS_STRING_LENGTH)
     return None if result is None else int(result[0])
