@@ -14,6 +14,7 @@ from jobs.launch import profiles
 from jobs.ml import estimators
 from jobs.run import runner
 from jobs.stages import train
+from tests.support.expressions import depth
 from tests.support.sessions import run_python
 
 GPU_ML = {k: v for k, v in profiles.load_profile("gpu").items()
@@ -44,19 +45,13 @@ def test_default_back_end_is_mllib_over_an_assembled_vector(spark):
     assert prepared.first()[estimators.VECTOR_COL].toArray().tolist() == [1.0, 2.0]
 
 
-def _depth(expr) -> int:
-    """Depth of a Catalyst expression tree, walked through py4j."""
-    children = expr.children()
-    return 1 + max((_depth(children.apply(i)) for i in range(children.size())), default=0)
-
-
 def test_margin_is_a_shallow_tree_of_additions(spark):
     # 43 features + intercept as a left-deep chain would be ~46 levels deep: RAPIDS 25.04 plans that in
     # exponential time (NVIDIA/spark-rapids#13224). Balanced: ceil(log2(44)) = 6 additions, then multiply, col.
     n = len(contract.FEATURES)
     model = estimators.FittedLogisticRegression(contract.FEATURES, tuple(0.5 for _ in range(n)), -1.0,
                                                 estimators.PYSPARK_ML, None)
-    assert _depth(model.margin()._jc.expr()) <= 6 + 2
+    assert depth(model.margin()._jc.expr()) <= 6 + 2
     # and the sum is the same number: features 1..n, weights 0.5, intercept -1
     row = spark.range(1).select(*[F.lit(float(i + 1)).alias(c) for i, c in enumerate(contract.FEATURES)]) \
         .select(model.margin().alias("m")).first()

@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from jobs.ml import evaluate
+from tests.support.expressions import depth
 
 
 def predictions(spark, rows):
@@ -147,3 +148,14 @@ def test_deciles_of_a_frame(spark):
 def test_tuned_metrics_need_test_rows(spark):
     with pytest.raises(ValueError, match="no scored rows of part 't'"):
         evaluate.tuned_metrics(parts(spark, FOUR, []), "part", "v", "t")
+
+
+def test_reached_candidates_counts_thresholds_in_a_shallow_tree(spark):
+    # 99 thresholds 0.01..0.99 as a chain of additions would be ~100 levels deep, which the RAPIDS plugin 25.04 plans
+    # in exponential time on a GPU (the run never leaves planning); balanced: ceil(log2(99)) = 7 additions deep.
+    thresholds = [k / 100 for k in range(1, 100)]
+    reached = evaluate.reached_candidates(F.col("p"), thresholds)
+    assert depth(reached._jc.expr()) <= 7 + 3
+    rows = spark.createDataFrame([(None,), (0.0,), (0.05,), (0.505,), (0.995,)], "p double")
+    got = [r["n"] for r in rows.select(reached.alias("n")).collect()]
+    assert got == [None, 0, 5, 50, 99]
