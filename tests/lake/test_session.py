@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from pyspark.sql import functions as F
 
 
 @pytest.mark.parametrize("value, default, expected", [
@@ -144,3 +145,19 @@ def test_row_blocks_keep_every_row_and_the_partitioning_and_release_frees_them(s
     release(kept)
     after = jvm.scala.collection.JavaConverters.mapAsJavaMap(spark.sparkContext._jsc.sc().getPersistentRDDs())
     assert after.size() == before
+
+
+def test_a_long_chain_of_arithmetic_is_refused_as_it_is_analysed_and_a_balanced_sum_is_not(spark):
+    # RAPIDS 25.04 plans a chain of ~44 additions on the GPU for ever (NVIDIA/spark-rapids#13224); every profile's
+    # session refuses a chain over 16 (conf/base.conf, jvm/churn/spark/NestedArithmeticCheck.java).
+    from py4j.protocol import Py4JJavaError
+
+    from jobs.ml.estimators import balanced_sum
+
+    df = spark.range(3).select(F.col("id").cast("double").alias("x"))
+    terms = [F.col("x") * F.lit(float(k)) for k in range(1, 101)]   # x * (1 + ... + 100) = 5050 x
+    chained_16 = sum(terms[1:16], terms[0])                          # 15 additions over the products: 16 deep
+    assert [r[0] for r in df.select(chained_16).collect()] == [0.0, 136.0, 272.0]
+    assert [r[0] for r in df.select(balanced_sum(terms)).collect()] == [0.0, 5050.0, 10100.0]
+    with pytest.raises(Py4JJavaError, match=r"nests 100 arithmetic operations in one chain \(more than 16\)"):
+        df.select(sum(terms[1:], terms[0]).alias("s"))               # refused as the frame is built, no job run
