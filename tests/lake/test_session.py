@@ -148,8 +148,8 @@ def test_row_blocks_keep_every_row_and_the_partitioning_and_release_frees_them(s
 
 
 def test_a_long_chain_of_arithmetic_is_refused_as_it_is_analysed_and_a_balanced_sum_is_not(spark):
-    # RAPIDS 25.04 plans a chain of ~44 additions on the GPU for ever (NVIDIA/spark-rapids#13224); every profile's
-    # session refuses a chain over 16 (conf/base.conf, jvm/churn/spark/NestedArithmeticCheck.java).
+    # RAPIDS 25.04 plans a chain of ~44 additions on the GPU for ever (NVIDIA/spark-rapids#13224); the gpu profiles'
+    # sessions and every test session refuse a chain over 16 (conf/rapids.conf, tests/support/sessions.py).
     from py4j.protocol import Py4JJavaError
 
     from jobs.ml.estimators import balanced_sum

@@ -50,7 +50,8 @@ def test_gpu_explain_profile_loads_the_rapids_plugin_without_a_gpu(spark, tmp_pa
 
 def test_profiles_merge_base_and_share_rapids_settings():
     cpu, gpu, explain = (profiles.load_profile(p) for p in ("cpu", "gpu", "gpu-explain"))
-    assert cpu["spark.sql.extensions"] == gpu["spark.sql.extensions"] == explain["spark.sql.extensions"] == \
+    assert cpu["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert gpu["spark.sql.extensions"] == explain["spark.sql.extensions"] == \
         "io.delta.sql.DeltaSparkSessionExtension,churn.spark.NestedArithmeticCheck"
     assert not profiles.uses_rapids(cpu)
     assert profiles.needs_gpu(gpu) and not profiles.needs_gpu(explain) and profiles.uses_rapids(explain)

@@ -23,8 +23,8 @@ import scala.runtime.BoxedUnit;
  * 25.08). A sum of ~44 terms written as {@code a + b + c + ...} then never finishes planning under the gpu profile:
  * the driver spins at 100% CPU and no Spark job starts. The plugin's explain-only mode (gpu-explain, what CI runs)
  * never builds the GPU expressions, so it cannot show the stall; this check fails the same query at analysis time
- * under every profile, CI's included. A sum is built as a balanced tree instead ({@code
- * jobs.ml.estimators.balanced_sum}: depth log2 of the terms).
+ * under the gpu profiles (conf/rapids.conf) and in every test session, whatever its profile. A sum is built as a
+ * balanced tree instead ({@code jobs.ml.estimators.balanced_sum}: depth log2 of the terms).
  */
 public final class NestedArithmeticCheck extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
 
@@ -57,7 +57,7 @@ public final class NestedArithmeticCheck extends AbstractFunction1<SparkSessionE
                                     + "one chain (more than %d), which the RAPIDS Accelerator 25.04 plans in time "
                                     + "exponential in the depth (NVIDIA/spark-rapids#13224): under a gpu profile the "
                                     + "query would never start. Build the sum as a balanced tree "
-                                    + "(jobs.ml.estimators.balanced_sum), a bug in the pipeline's code: %s",
+                                    + "(jobs.ml.estimators.balanced_sum does): %s",
                                 found.depth, MOST, abbreviated(found.top.sql())));
                         }
                     }
