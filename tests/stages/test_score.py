@@ -2,11 +2,15 @@
 missing model."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pyspark.sql import functions as F
 
 from jobs.core.errors import UserError
 from jobs.lake import contract, delta_io
+from jobs.ml import estimators
 from jobs.stages import score
 from tests.support.model_inputs import N_CUSTOMERS
 
@@ -47,6 +51,24 @@ def test_predictions_are_counted_from_the_commit_and_held_to_gold(spark, trained
             score.checked_rows(gold, delta_io.Commit(version, wrong), path, "r1")
     with pytest.raises(RuntimeError, match=f"holds 0 rows for {N_CUSTOMERS:,} gold rows"):
         score.checked_rows(gold, delta_io.Commit(version, None), path, "no-such-run")
+
+
+def test_the_model_loads_as_the_trained_one_without_a_python_task(spark, trained):
+    # PipelineModel.load reads the model's metadata in a Python task (PySpark's RDD first(), a Python worker
+    # started for one line); the JVM's reader needs none. Every job the load runs is the JVM's.
+    sc = spark.sparkContext
+    sc.setJobGroup("load-model", "load_model")
+    try:
+        fitted = estimators.load_model(spark, trained["record"].extra["model_path"])
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup("load-model")
+              for s in tracker.getJobInfo(j).stageIds]
+    assert stages and not [st.name for st in stages if st is not None and "PythonRDD" in st.name]
+    saved = json.loads(Path(trained["record"].extra["run_json"]).read_text())
+    assert fitted.intercept == saved["intercept"]
+    assert fitted.coefficients_by_name() == saved["coefficients"]
 
 
 def test_missing_model_is_a_user_error(spark, trained, tmp_path):
