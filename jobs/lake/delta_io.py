@@ -88,6 +88,19 @@ def plain_overwrite_adds(actions: list[dict]) -> list[dict] | None:
     return [a["add"] for a in actions if "add" in a]
 
 
+def overwrite_rows(spark: SparkSession, path: str, v: int) -> int | None:
+    """The rows of the table at ``path`` as its plain overwrite ``v`` left it (``overwrite_adds``: its adds are the
+    whole table), summed from each added file's statistics (``numRecords``), as Delta's own metadata-only count
+    does: no scan. None for any other commit, or where a file has no row count or a deletion vector."""
+    adds = overwrite_adds(spark, path, v)
+    if adds is None:
+        return None
+    counts = [json.loads(a.get("stats") or "{}").get("numRecords") for a in adds]
+    if any(n is None for n in counts) or any(a.get("deletionVector") for a in adds):
+        return None
+    return sum(int(n) for n in counts)
+
+
 def overwrite_files(spark: SparkSession, path: str, v: int, schema) -> DataFrame | None:
     """The table at ``path`` as its plain overwrite ``v`` wrote it (``overwrite_adds``): a Parquet scan of exactly
     the files that commit adds, with ``schema`` (the written frame's). No Delta snapshot is built, so no Spark job

@@ -59,7 +59,9 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
         path = delta_io.table_path(lake, name)
         if delta_io.exists(spark, path):
             df, v = delta_io.read(spark, path)
-            tables[name] = {"version": v, "rows": df.count(), "path": path}
+            # A plain overwrite's rows from its files' statistics (no Spark job); any other version counted.
+            rows = delta_io.overwrite_rows(spark, path, v)
+            tables[name] = {"version": v, "rows": df.count() if rows is None else rows, "path": path}
     quarantine = {}
     if "quarantine" in tables:
         q, _ = delta_io.read(spark, delta_io.table_path(lake, "quarantine"), tables["quarantine"]["version"])

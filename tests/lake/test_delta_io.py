@@ -129,6 +129,28 @@ def test_a_plain_overwrite_reads_back_as_its_own_files_and_any_other_commit_thro
     assert delta_io.overwrite_files(spark, empty, 0, struct) is None   # no file: Delta's reader gives the schema
 
 
+def test_a_plain_overwrites_rows_are_counted_from_its_files_statistics_and_no_other_commits(spark, tmp_path):
+    path, schema = str(tmp_path / "t"), "id long, s string"
+    delta_io.overwrite(spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], schema).repartition(2), path)  # v0
+    delta_io.append_once(spark.createDataFrame([(5, "e")], schema), path, "t", 1)                            # v1
+    delta_io.replace_where(spark.createDataFrame([(3, "f")], schema), path, "id = 3")                        # v2
+    empty = str(tmp_path / "empty")
+    delta_io.overwrite(spark.createDataFrame([], schema), empty)
+    assert delta_io.overwrite_rows(spark, path, 0) == 3
+    assert delta_io.overwrite_rows(spark, path, 1) is None    # an append: its adds are not the table
+    assert delta_io.overwrite_rows(spark, path, 2) is None    # a replaceWhere: a slice
+    assert delta_io.overwrite_rows(spark, path, 9) is None    # no such commit
+    assert delta_io.overwrite_rows(spark, empty, 0) == 0
+    # With a file's row count gone from its statistics, the count is not guessed.
+    log = tmp_path / "t" / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    for a in actions:
+        if "add" in a:
+            a["add"]["stats"] = json.dumps({k: v for k, v in json.loads(a["add"]["stats"]).items() if k != "numRecords"})
+    log.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    assert delta_io.overwrite_rows(spark, path, 0) is None
+
+
 def test_every_profile_reads_a_plain_overwrite_as_its_commits_files_and_anything_else_through_delta(spark, tmp_path):
     """The cpu profile too: a version a plain overwrite wrote is read as the files that commit adds, with the schema
     from the log (no Delta snapshot, no Spark job to replay the log); any other commit, a partitioned table, a table
