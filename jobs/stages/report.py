@@ -58,10 +58,12 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
     for name in TABLES:
         path = delta_io.table_path(lake, name)
         if delta_io.exists(spark, path):
-            df, v = delta_io.read(spark, path)
-            # A plain overwrite's rows from its files' statistics (no Spark job); any other version counted.
+            v = delta_io.version(spark, path)
+            # A plain overwrite's rows from its files' statistics (no Spark job); any other version read and counted.
             rows = delta_io.overwrite_rows(spark, path, v)
-            tables[name] = {"version": v, "rows": df.count() if rows is None else rows, "path": path}
+            if rows is None:
+                rows = delta_io.read(spark, path, v)[0].count()
+            tables[name] = {"version": v, "rows": rows, "path": path}
     quarantine = {}
     if "quarantine" in tables:
         q, _ = delta_io.read(spark, delta_io.table_path(lake, "quarantine"), tables["quarantine"]["version"])
