@@ -37,6 +37,20 @@ def test_delta_write_read_time_travel_and_schema_enforcement(spark, tmp_path):
     assert delta_io.version(spark, path) == 1  # the rejected append committed nothing
 
 
+def test_a_small_tables_commits_keep_its_counts_not_its_file_list_in_the_checksum(spark, tmp_path):
+    """base.conf: a commit to a table of few files does not list the version before it to write its file list into
+    the checksum (a query of its own on the driver); the checksum still has the table's files and bytes."""
+    path = tmp_path / "small"
+    delta_io.overwrite(spark.createDataFrame([Row(id=1), Row(id=2)]).repartition(2), str(path))
+    delta_io.overwrite(spark.createDataFrame([Row(id=3)]), str(path))
+    for version in (0, 1):
+        crc = json.loads((path / "_delta_log" / f"{version:020d}.crc").read_text())
+        assert "allFiles" not in crc
+        assert crc["numFiles"] == len(spark.read.format("delta").option("versionAsOf", version).load(str(path))
+                                      .inputFiles())
+        assert crc["tableSizeBytes"] > 0
+
+
 def test_append_once_skips_a_repeated_transaction(spark, tmp_path):
     path = str(tmp_path / "runs")
     row = spark.createDataFrame([Row(run_id="r1", auc=0.8)])

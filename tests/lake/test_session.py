@@ -99,6 +99,48 @@ def test_together_runs_spark_jobs_side_by_side_and_raises_only_after_all_finish(
     assert finished == [5]  # the other piece was not abandoned half-way
 
 
+def test_together_runs_each_pieces_jobs_in_a_scheduler_pool_of_its_own(spark):
+    """Under base.conf's fair scheduling, a piece's jobs go to its own pool (so a small job of one piece is not
+    queued behind another piece's tasks); the caller's jobs stay in the default pool. Read back from the scheduler's
+    own record of each stage (the status store the Spark UI shows)."""
+    from jobs.lake.session import POOL_KEY, together
+
+    sc = spark.sparkContext
+    assert sc.getConf().get("spark.scheduler.mode") == "FAIR"
+    tag = f"pools-{time.time_ns()}"
+
+    def counted(name: str, rows: int):
+        def piece():
+            sc.setJobDescription(f"{tag}-{name}")
+            return spark.range(rows).count()
+        return piece
+
+    assert together({"left": counted("left", 10), "right": counted("right", 20)}) == {"left": 10, "right": 20}
+    sc.setJobDescription(f"{tag}-caller")
+    try:
+        assert spark.range(30).count() == 30
+    finally:
+        sc.setJobDescription(None)
+    assert sc.getLocalProperty(POOL_KEY) is None   # the caller's thread was never moved to a pool
+
+    pools: dict[str, set] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:   # the status store follows the scheduler's events a moment later
+        pools = {}
+        gateway = sc._gateway
+        stages = sc._jsc.sc().statusStore().stageList(None, False, False, gateway.new_array(gateway.jvm.double, 0),
+                                                       gateway.jvm.java.util.ArrayList())
+        for i in range(stages.size()):
+            stage = stages.apply(i)
+            description = stage.description().get() if stage.description().isDefined() else ""
+            if description.startswith(tag):
+                pools.setdefault(description[len(tag) + 1:], set()).add(stage.schedulingPool())
+        if len(pools) == 3:
+            break
+        time.sleep(0.2)
+    assert pools == {"left": {"together-left"}, "right": {"together-right"}, "caller": {"default"}}
+
+
 def test_gpu_libraries_are_preloaded_only_where_sql_runs_on_the_gpu(spark):
     from types import SimpleNamespace
 
