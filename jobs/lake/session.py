@@ -239,7 +239,7 @@ def together(work: dict[str, Callable[[], T]]) -> dict[str, T]:
 
     def in_pool(name: str, fn: Callable[[], T]) -> Callable[[], T]:
         def run() -> T:
-            SparkContext._active_spark_context.setLocalProperty(POOL_KEY, POOL_PREFIX + name)
+            SparkContext.getOrCreate().setLocalProperty(POOL_KEY, POOL_PREFIX + name)   # the session's own
             return fn()
         return run
 
