@@ -46,14 +46,6 @@ MATERIALISE_MODES = ("true", "false", "files")
 # expression anyway and both lookups of its literal map; docs/gpu.md). Both give the same values.
 LOOKUP_KEY = "spark.churn.clean.categoryLookup"
 LOOKUP_MODES = ("lazy", "keyed")
-# How the quarantine's JSON of a row's raw fields escapes them (``quarantine_rows``): inline (the default, the cpu
-# profile's: each field's escape steps under a CASE on whether the field holds a character to escape, which a CPU
-# evaluates only for such a field) or split (the gpu profiles': the rows that hold such a character anywhere and
-# those that hold none are selected apart, and only the first get the escape steps; the GPU evaluates a CASE's
-# every branch for every row, and the steps' regular expressions were most of the GPU time of clean's quarantine
-# at 6M customers, docs/gpu.md). Both give the same rows.
-QUARANTINE_JSON_KEY = "spark.churn.clean.quarantineJson"
-QUARANTINE_JSON_MODES = ("inline", "split")
 ROW_BLOCK_BYTES = 1 << 20   # the true mode's blocks: well under half a G1 region of an executor's heap (not "humongous")
 SCRATCH = "_clean_scratch"   # under the lake: the files mode's frames, removed when the stage ends
 LINEAGE = ("source_file", "record_number")
@@ -82,7 +74,7 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     bronze_c, bronze_e = well_formed(bronze_c), well_formed(bronze_e)   # the malformed are ingest's quarantine's
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
-    materialise_mode(spark), lookup_mode(spark), quarantine_json_mode(spark)   # a wrong setting stops here, before anything is written
+    materialise_mode(spark), lookup_mode(spark)   # a wrong setting stops here, before anything is written
     scratch = os.path.join(lake, SCRATCH)
     remove_path(spark, scratch)   # a killed run's leftovers
     try:
@@ -101,7 +93,7 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # they are computed: here, when materialised): fused, their 22 columns' checks make methods of tens of KB of
     # bytecode, which run slowly until C2 has compiled them, and that takes more passes than a run makes (figures in
     # docs/etl.md, "Huge generated methods"); the events' 7 columns gain from it.
-    lookups, json_mode = lookup_mode(spark), quarantine_json_mode(spark)
+    lookups = lookup_mode(spark)
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
                                  .transform(with_copies_numbered(CUSTOMER_COLUMNS))
@@ -115,8 +107,8 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
                           .transform(with_duplicates_marked)
                           .transform(with_customer_reasons(customer_status(customers, ingest_q)))
                           .transform(outcome("events")), f"{scratch}/events")
-    quarantine = (customers.transform(quarantine_rows("customers", json_mode))
-                  .unionByName(events.transform(quarantine_rows("events", json_mode)))
+    quarantine = (customers.transform(quarantine_rows("customers"))
+                  .unionByName(events.transform(quarantine_rows("events")))
                   .repartition("dataset", "source_file"))   # few rows: a few right-sized files
     # Silver stays hash-partitioned by customer (the features stage aggregates per customer; in the files mode, as
     # the scratch files are: one customer's rows side by side); adaptive execution sizes its files. The three writes
@@ -194,10 +186,6 @@ def materialise_mode(spark: SparkSession) -> str:
 
 def lookup_mode(spark: SparkSession) -> str:
     return conf_choice(spark, LOOKUP_KEY, LOOKUP_MODES, "lazy")
-
-
-def quarantine_json_mode(spark: SparkSession) -> str:
-    return conf_choice(spark, QUARANTINE_JSON_KEY, QUARANTINE_JSON_MODES, "inline")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -467,63 +455,43 @@ _CONTROL = "".join(chr(i) for i in range(32))
 _ESCAPED = "\\\"" + _CONTROL
 
 
-def needs_escape(c: Column) -> Column:
-    """Whether ``c`` holds a character JSON escapes (a quote, a backslash, a control character); null stays null."""
-    return F.length(F.translate(c, _ESCAPED, "")) < F.length(c)
-
-
-def json_string(c: Column, escaped: bool = True) -> Column:
+def json_string(c: Column) -> Column:
     """``c`` as a JSON string literal, quotes included (null stays null). Built from replace, regexp_replace and
     translate, which the RAPIDS Accelerator runs on the GPU (its to_json is off by default), in eleven steps
     whatever the characters: backslash and quote escaped, then the five short forms; NUL replaced by its escape;
     then each other control character gets the escape's first five characters put before it (two regular
     expressions: U+0001-U+000F, U+0010-U+001F) and is itself translated into its last hex digit. The GPU runs
     every step over every row it is given (one step per character would be 34); on the CPU the steps run only for
-    a value that holds a character to escape (rare). ``escaped=False``: the value as it is, between quotes, for
-    values known to hold no such character."""
-    if not escaped:
-        return F.concat(F.lit('"'), c, F.lit('"'))
-    steps = F.replace(F.replace(c, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"'))
+    a value that holds a character to escape (rare)."""
+    escaped = F.replace(F.replace(c, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"'))
     for ch, short in _SHORT_ESCAPES.items():
-        steps = F.replace(steps, F.lit(ch), F.lit(short))
-    steps = F.replace(steps, F.lit("\u0000"), F.lit("\\u0000"))
-    steps = F.regexp_replace(steps, r"([\x01-\x0F])", r"\\u000$1")
-    steps = F.regexp_replace(steps, r"([\x10-\x1F])", r"\\u001$1")
-    steps = F.translate(steps, _CONTROL, "0123456789ABCDEF" * 2)
-    return F.concat(F.lit('"'), F.when(needs_escape(c), steps).otherwise(c), F.lit('"'))
+        escaped = F.replace(escaped, F.lit(ch), F.lit(short))
+    escaped = F.replace(escaped, F.lit("\u0000"), F.lit("\\u0000"))
+    escaped = F.regexp_replace(escaped, r"([\x01-\x0F])", r"\\u000$1")
+    escaped = F.regexp_replace(escaped, r"([\x10-\x1F])", r"\\u001$1")
+    escaped = F.translate(escaped, _CONTROL, "0123456789ABCDEF" * 2)
+    needs = F.length(F.translate(c, _ESCAPED, "")) < F.length(c)
+    return F.concat(F.lit('"'), F.when(needs, escaped).otherwise(c), F.lit('"'))
 
 
-def json_object(columns: tuple[str, ...], struct: str | None = None, escaped: bool = True) -> Column:
+def json_object(columns: tuple[str, ...], struct: str | None = None) -> Column:
     """The string columns (fields of the struct column ``struct``, if given) as one JSON object, nulls as null:
     byte for byte what ``to_json(struct(*columns), {"ignoreNullFields": "false"})`` writes (tests/stages/test_clean.py
-    holds them equal). ``escaped=False``: for rows known to need no escapes (``any_needs_escape`` false)."""
+    holds them equal)."""
     field = (lambda c: F.col(struct).getField(c)) if struct else F.col   # noqa: E731
-    fields = [F.concat(F.lit(f'"{c}":'), F.coalesce(json_string(field(c), escaped), F.lit("null"))) for c in columns]
+    fields = [F.concat(F.lit(f'"{c}":'), F.coalesce(json_string(field(c)), F.lit("null"))) for c in columns]
     return F.concat(F.lit("{"), F.concat_ws(",", *fields), F.lit("}"))
 
 
-def any_needs_escape(columns: tuple[str, ...], struct: str) -> Column:
-    """Whether any field of the struct column ``struct`` holds a character JSON escapes (false for nulls)."""
-    return reduce(lambda a, b: a | b, [F.coalesce(needs_escape(F.col(struct).getField(c)), F.lit(False))
-                                       for c in columns])
-
-
-def quarantine_rows(dataset: str, json_mode: str = "inline"):
+def quarantine_rows(dataset: str):
     """Rows of an ``outcome`` frame with a reason, in quarantine shape (``raw``: every CSV field as JSON, nulls
-    too, ``json_object``), its JSON built as ``json_mode`` says (QUARANTINE_JSON_KEY)."""
+    too, ``json_object``)."""
     columns = DATASETS[dataset]
 
-    def shaped(df: DataFrame, raw: Column) -> DataFrame:
-        return df.select(F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), *LINEAGE,
-                         raw.alias("raw"), "reason", "detail").select(*QUARANTINE_COLUMNS)
-
     def transform(df: DataFrame) -> DataFrame:
-        rows = df.where(F.col("reason").isNotNull())
-        if json_mode == "inline":
-            return shaped(rows, json_object(columns, RAW))
-        awkward = any_needs_escape(columns, RAW)
-        return (shaped(rows.where(~awkward), json_object(columns, RAW, escaped=False))
-                .unionByName(shaped(rows.where(awkward), json_object(columns, RAW))))
+        return df.where(F.col("reason").isNotNull()).select(
+            F.lit(dataset).alias("dataset"), F.lit(STAGE.name).alias("stage"), *LINEAGE,
+            json_object(columns, RAW).alias("raw"), "reason", "detail").select(*QUARANTINE_COLUMNS)
     return transform
 
 
