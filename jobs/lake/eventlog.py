@@ -155,26 +155,40 @@ def _op_time_metrics(plan: dict, into: dict[int, str]) -> None:
         stack.extend(node.get("children", []))
 
 
-def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
-    """{job group: {"gpu_op_s": GPU operators' op time, "gpu_transition_s": the part of TRANSITIONS,
-    "gpu_operators": the ``top`` operators by op time, {name: s}}}, for the groups that ran GPU operators (none
-    under the cpu profile, or the plugin in explain-only mode)."""
+def _op_seconds(stage_info: dict, operator: dict[int, str]) -> Counter:
+    """{operator name: seconds of op time} of one completed stage's accumulables (nanoseconds; a value that is not a
+    number is skipped)."""
+    seconds: Counter = Counter()
+    for acc in stage_info.get("Accumulables", []):
+        name = operator.get(acc.get("ID"))
+        if name is None:
+            continue
+        try:
+            seconds[name] += int(acc.get("Value")) / 1e9
+        except (TypeError, ValueError):
+            continue
+    return seconds
+
+
+def _plans_and_stages(path: str | Path):
+    """Each completed Spark stage as (its job group, its "Stage Info", the op-time accumulators known by then:
+    {id: operator name}), the plans' metrics gathered as the log goes (adaptive execution re-plans mid-query)."""
     operator: dict[int, str] = {}
-    seconds: dict[str, Counter] = {}
     for e, group in _grouped(path):
         kind = e["Event"]
         if kind.endswith(("SparkListenerSQLExecutionStart", "SparkListenerSQLAdaptiveExecutionUpdate")):
             _op_time_metrics(e.get("sparkPlanInfo") or {}, operator)
         elif kind == "SparkListenerStageCompleted":
-            for acc in (e.get("Stage Info") or {}).get("Accumulables", []):
-                name = operator.get(acc.get("ID"))
-                if name is None:
-                    continue
-                try:
-                    ns = int(acc.get("Value"))
-                except (TypeError, ValueError):
-                    continue
-                seconds.setdefault(group, Counter())[name] += ns / 1e9
+            yield group, e.get("Stage Info") or {}, operator
+
+
+def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
+    """{job group: {"gpu_op_s": GPU operators' op time, "gpu_transition_s": the part of TRANSITIONS,
+    "gpu_operators": the ``top`` operators by op time, {name: s}}}, for the groups that ran GPU operators (none
+    under the cpu profile, or the plugin in explain-only mode)."""
+    seconds: dict[str, Counter] = {}
+    for group, info, operator in _plans_and_stages(path):
+        seconds.setdefault(group, Counter()).update(_op_seconds(info, operator))
     out = {}
     for group, per_op in seconds.items():
         if not any(per_op.values()):
@@ -182,4 +196,68 @@ def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
         out[group] = {"gpu_op_s": round(sum(per_op.values()), 3),
                       "gpu_transition_s": round(sum(s for op, s in per_op.items() if op in TRANSITIONS), 3),
                       "gpu_operators": {op: round(s, 3) for op, s in per_op.most_common(top)}}
+    return out
+
+
+def longest_stages(path: str | Path, top: int = 10, ops: int = 3) -> list[dict]:
+    """The ``top`` completed Spark stages by wall time (submission to completion), longest first: where a pipeline
+    stage's time goes inside it. Each: "group" (the pipeline stage), "stage_id", "name" (Spark's, the call site),
+    "seconds", "tasks", "task_s" (its tasks' run time), "shuffle_write_bytes" and "gpu_operators" (its ``ops``
+    largest GPU operators by op time, {name: s}; empty without GPU operators)."""
+    task_s: Counter = Counter()
+    shuffled: Counter = Counter()
+    for e, _ in _grouped(path):
+        if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            m = e["Task Metrics"]
+            task_s[e["Stage ID"]] += m.get("Executor Run Time", 0) / 1000
+            shuffled[e["Stage ID"]] += (m.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
+    stages = []
+    for group, info, operator in _plans_and_stages(path):
+        if "Submission Time" not in info or "Completion Time" not in info:
+            continue   # skipped (its shuffle output reused) or never run
+        sid = info["Stage ID"]
+        stages.append({"group": group, "stage_id": sid, "name": info.get("Stage Name", ""),
+                       "seconds": round((info["Completion Time"] - info["Submission Time"]) / 1000, 3),
+                       "tasks": info.get("Number of Tasks", 0), "task_s": round(task_s[sid], 3),
+                       "shuffle_write_bytes": shuffled[sid],
+                       "gpu_operators": {op: round(s, 3) for op, s in _op_seconds(info, operator).most_common(ops)
+                                         if s > 0}})
+    return sorted(stages, key=lambda st: -st["seconds"])[:top]
+
+
+def idle_time(path: str | Path) -> dict[str, float]:
+    """{job group: seconds from its first job's submission to its last job's completion during which none of its
+    tasks ran}: the driver's own share of the stage's Spark work (planning a query, a Delta commit, collecting a
+    result, starting the next job), where the cores wait. The stage's time before its first job and after its
+    last (reading table snapshots, its own Python) is not in it."""
+    group_of_job: dict[int, str] = {}
+    span: dict[str, list[int]] = {}
+    running: dict[str, list[tuple[int, int]]] = {}
+    for e, group in _grouped(path):
+        kind = e["Event"]
+        if kind == "SparkListenerJobStart":
+            g = (e.get("Properties") or {}).get("spark.jobGroup.id") or NO_GROUP
+            group_of_job[e["Job ID"]] = g
+            t = e.get("Submission Time")
+            if t is not None:
+                s = span.setdefault(g, [t, t])
+                s[0], s[1] = min(s[0], t), max(s[1], t)
+        elif kind == "SparkListenerJobEnd" and e.get("Job ID") in group_of_job:
+            t = e.get("Completion Time")
+            if t is not None and group_of_job[e["Job ID"]] in span:
+                s = span[group_of_job[e["Job ID"]]]
+                s[1] = max(s[1], t)
+        elif kind == "SparkListenerTaskEnd":
+            info = e.get("Task Info") or {}
+            if info.get("Launch Time") is not None and info.get("Finish Time") is not None:
+                running.setdefault(group, []).append((info["Launch Time"], info["Finish Time"]))
+    out = {}
+    for g, (start, end) in span.items():
+        busy, reached = 0, start
+        for a, b in sorted(running.get(g, [])):
+            a, b = max(a, reached), min(b, end)
+            if b > a:
+                busy += b - a
+                reached = b
+        out[g] = round((end - start - busy) / 1000, 3)
     return out

@@ -34,6 +34,7 @@ def run(spark: SparkSession, out: str, data: str | None) -> StageRecord:
     facts = gather(spark, lake, data)
     facts["gpu"] = _read_json(report_dir / "gpu-fallbacks.json")
     facts["work"] = stage_work(spark, facts["timings"], facts["stages"])
+    facts["spark_stages"] = longest_spark_stages(spark, facts["timings"])
     plots = make_plots(spark, lake, facts, report_dir)
     (report_dir / "report.json").write_text(json.dumps(facts, indent=2, sort_keys=True, default=str))
     md = render_markdown(facts, plots)
@@ -91,17 +92,27 @@ def gather(spark: SparkSession, lake: str, data: str | None) -> dict:
 
 
 def stage_work(spark: SparkSession, timings: dict[str, float], records: dict[str, dict | None]) -> dict[str, dict]:
-    """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``; under a GPU
-    profile also its GPU operators' time, ``eventlog.gpu_operator_time``) and, from its record, the driver JVM's
-    compilers' time during it (``runner.driver_jit_seconds``), for the stages with a record; empty when the
-    application keeps no local event log (scripts/pipeline always keeps one)."""
+    """Each earlier stage's Spark work from this application's event log (``eventlog.stage_work``; the seconds
+    between its first and last job when none of its tasks ran, ``eventlog.idle_time``; under a GPU profile also
+    its GPU operators' time, ``eventlog.gpu_operator_time``) and, from its record, the driver JVM's compilers' time
+    during it (``runner.driver_jit_seconds``), for the stages with a record; empty when the application keeps no
+    local event log (scripts/pipeline always keeps one)."""
     log = eventlog.running_log(spark)
     if log is None:
         return {}
-    work, gpu = eventlog.stage_work(log), eventlog.gpu_operator_time(log)
-    return {stage: {"seconds": secs, **work[stage], **gpu.get(stage, {}),
+    work, idle, gpu = eventlog.stage_work(log), eventlog.idle_time(log), eventlog.gpu_operator_time(log)
+    return {stage: {"seconds": secs, **work[stage], "idle_s": idle.get(stage), **gpu.get(stage, {}),
                     "driver_jit_s": ((records.get(stage) or {}).get("extra") or {}).get("driver_jit_s")}
             for stage, secs in timings.items() if stage in work}
+
+
+def longest_spark_stages(spark: SparkSession, timings: dict[str, float], top: int = 10) -> list[dict]:
+    """The run's ``top`` longest Spark stages within the pipeline's stages (``eventlog.longest_stages``); empty
+    without a local event log."""
+    log = eventlog.running_log(spark)
+    if log is None:
+        return []
+    return [st for st in eventlog.longest_stages(log, top=10 * top) if st["group"] in timings][:top]
 
 
 def duplicates_removed(clean: dict | None) -> dict[str, int]:
@@ -306,14 +317,18 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
                   "data again), out what it wrote; shuffle and spill in MiB. Driver JIT is the time the driver "
                   "JVM's compilers spent during the stage, beside its tasks (under a local master the driver runs "
                   "every task, so it is the run's whole compilation: a fresh application pays it once, most in "
-                  "its first stages; on a cluster the executors compile too, unseen here).", "",
-                  "| stage | seconds | jobs | tasks | task s | GC s | driver JIT s | rows in | rows out | MiB in | "
-                  "MiB out | shuffle read | shuffle written | spilled |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "its first stages; on a cluster the executors compile too, unseen here). No task is the time "
+                  "from the stage's first Spark job to its last when none of its tasks ran: the driver planning "
+                  "queries, committing to Delta, collecting results.", "",
+                  "| stage | seconds | jobs | tasks | task s | GC s | driver JIT s | no task s | rows in | rows out | "
+                  "MiB in | MiB out | shuffle read | shuffle written | spilled |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+                  "---: |"]
         for stage, w in f["work"].items():
             jit = "" if w.get("driver_jit_s") is None else f"{w['driver_jit_s']:.1f}"
+            idle = "" if w.get("idle_s") is None else f"{w['idle_s']:.1f}"
             lines.append(f"| {stage} | {w['seconds']:.1f} | {w['jobs']:,} | {w['tasks']:,} | {w['task_s']:.1f} | "
-                         f"{w['gc_s']:.1f} | {jit} | {w['input_rows']:,} | {w['output_rows']:,} | "
+                         f"{w['gc_s']:.1f} | {jit} | {idle} | {w['input_rows']:,} | {w['output_rows']:,} | "
                          f"{mib(w['input_bytes'])} | {mib(w['output_bytes'])} | {mib(w['shuffle_read_bytes'])} | "
                          f"{mib(w['shuffle_write_bytes'])} | {mib(w['spill_bytes'])} |")
         if "work" in plots:
@@ -327,6 +342,16 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
             for stage, w in on_gpu.items():
                 ops = ", ".join(f"{op} {s:.1f}" for op, s in w["gpu_operators"].items())
                 lines.append(f"| {stage} | {w['gpu_op_s']:.1f} | {w['gpu_transition_s']:.1f} | {ops} |")
+    if f.get("spark_stages"):
+        lines += ["", "The longest Spark stages (submission to completion; a stage's tasks may have waited for cores "
+                  "behind another's running beside it), with their largest GPU operators under a GPU profile:", "",
+                  "| stage | Spark stage | seconds | tasks | task s | shuffle written MiB | GPU operators (op s) | "
+                  "Spark's name |", "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        for st in f["spark_stages"]:
+            ops = ", ".join(f"{op} {s:.1f}" for op, s in st["gpu_operators"].items())
+            lines.append(f"| {st['group']} | {st['stage_id']} | {st['seconds']:.1f} | {st['tasks']:,} | "
+                         f"{st['task_s']:.1f} | {st['shuffle_write_bytes'] / (1 << 20):,.1f} | {ops} | "
+                         f"{st['name'][:60]} |")
     lines += ["", "## Delta tables", "", "| table | version | rows | path |", "| --- | ---: | ---: | --- |"]
     for name, t in f["tables"].items():
         lines.append(f"| {name} | {t['version']} | {t['rows']:,} | `{t['path']}` |")

@@ -109,3 +109,54 @@ def test_gpu_operator_time_sums_op_time_per_job_group(tmp_path):
         "score": {"gpu_op_s": 2.0, "gpu_transition_s": 2.0, "gpu_operators": {"GpuColumnarToRow": 2.0}},
     }
     assert eventlog.gpu_operator_time(log, top=1)["clean"]["gpu_operators"] == {"GpuProject": 4.0}
+
+
+def test_longest_stages_and_idle_time_from_a_hand_made_log(tmp_path):
+    """Group clean: job 0 submitted at t=1000 ms runs stage 0 (two tasks, 1000-3000 and 1500-2500 ms) and job 1
+    stage 1 (one task, 4000-4500 ms), the last job completing at 5000: from 1000 to 5000 ms tasks ran 1000-3000
+    and 4000-4500, so 1.5 s with none. Group features: job 2, 6000-6600, stage 2's task 6100-6600 (0.1 s idle).
+    Stage 3 was skipped (no submission time). A GpuProject's op time (accumulator 7) in stage 1."""
+    def task(stage, launch, finish, run_ms, shuffled=0):
+        return {"Event": "SparkListenerTaskEnd", "Stage ID": stage,
+                "Task Info": {"Launch Time": launch, "Finish Time": finish},
+                "Task Metrics": {"Executor Run Time": run_ms,
+                                 "Shuffle Write Metrics": {"Shuffle Bytes Written": shuffled}}}
+
+    def stage(sid, name, tasks, submitted=None, completed=None, accumulables=()):
+        info = {"Stage ID": sid, "Stage Name": name, "Number of Tasks": tasks,
+                "Accumulables": [{"ID": i, "Value": v} for i, v in accumulables]}
+        if submitted is not None:
+            info.update({"Submission Time": submitted, "Completion Time": completed})
+        return {"Event": "SparkListenerStageCompleted", "Stage Info": info}
+    plan = {"nodeName": "GpuProject", "metrics": [{"name": "op time", "accumulatorId": 7, "metricType": "nsTiming"}]}
+    events = [
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Submission Time": 1000, "Stage IDs": [0],
+         "Properties": {"spark.jobGroup.id": "clean"}},
+        task(0, 1000, 3000, 1900, shuffled=2048), task(0, 1500, 2500, 950, shuffled=1024),
+        stage(0, "count at RowBlocks.java:51", 2, 1000, 3000),
+        {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 3000},
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart", "sparkPlanInfo": plan},
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Submission Time": 3800, "Stage IDs": [1, 3],
+         "Properties": {"spark.jobGroup.id": "clean"}},
+        task(1, 4000, 4500, 480),
+        stage(1, "parquet at NativeMethodAccessorImpl.java:0", 1, 3900, 4600, [(7, "2500000000")]),
+        stage(3, "skipped", 4),
+        {"Event": "SparkListenerJobEnd", "Job ID": 1, "Completion Time": 5000},
+        {"Event": "SparkListenerJobStart", "Job ID": 2, "Submission Time": 6000, "Stage IDs": [2],
+         "Properties": {"spark.jobGroup.id": "features"}},
+        task(2, 6100, 6600, 500),
+        stage(2, "parquet at NativeMethodAccessorImpl.java:0", 1, 6050, 6600),
+        {"Event": "SparkListenerJobEnd", "Job ID": 2, "Completion Time": 6600},
+    ]
+    log = tmp_path / "app-4"
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert eventlog.idle_time(log) == {"clean": 1.5, "features": 0.1}
+    assert eventlog.longest_stages(log) == [
+        {"group": "clean", "stage_id": 0, "name": "count at RowBlocks.java:51", "seconds": 2.0, "tasks": 2,
+         "task_s": 2.85, "shuffle_write_bytes": 3072, "gpu_operators": {}},
+        {"group": "clean", "stage_id": 1, "name": "parquet at NativeMethodAccessorImpl.java:0", "seconds": 0.7,
+         "tasks": 1, "task_s": 0.48, "shuffle_write_bytes": 0, "gpu_operators": {"GpuProject": 2.5}},
+        {"group": "features", "stage_id": 2, "name": "parquet at NativeMethodAccessorImpl.java:0", "seconds": 0.55,
+         "tasks": 1, "task_s": 0.5, "shuffle_write_bytes": 0, "gpu_operators": {}},
+    ]
+    assert [st["stage_id"] for st in eventlog.longest_stages(log, top=1)] == [0]

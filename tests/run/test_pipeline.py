@@ -100,7 +100,14 @@ def test_report_numbers_equal_the_delta_tables(compared):
     assert work["clean"]["shuffle_write_bytes"] > 0 and work["clean"]["output_rows"] >= sum(
         report["tables"][f"silver_{ds}"]["rows"] for ds in ("customers", "events"))
     assert "## Where the time goes" in md and f"| clean | {work['clean']['seconds']:.1f} | {work['clean']['jobs']:,} |" in md
-    assert f"| {work['clean']['gc_s']:.1f} | {work['clean']['driver_jit_s']:.1f} |" in md
+    assert f"| {work['clean']['gc_s']:.1f} | {work['clean']['driver_jit_s']:.1f} | {work['clean']['idle_s']:.1f} |" in md
+    for stage, w in work.items():
+        assert 0 <= w["idle_s"] < w["seconds"], (stage, w)   # the driver's own share between the stage's jobs
+    longest = report["spark_stages"]
+    assert 0 < len(longest) <= 10 and {st["group"] for st in longest} <= set(work), longest
+    assert [st["seconds"] for st in longest] == sorted((st["seconds"] for st in longest), reverse=True)
+    assert all(st["seconds"] <= work[st["group"]]["seconds"] and st["tasks"] > 0 for st in longest), longest
+    assert f"| {longest[0]['group']} | {longest[0]['stage_id']} | {longest[0]['seconds']:.1f} |" in md
     page = (run / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 5  # ROC, PR, lift, coefficients, stage work inlined
     assert list((run / "eventlog").iterdir()), "Spark event log kept for the history server"
