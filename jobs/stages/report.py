@@ -343,15 +343,18 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
                 ops = ", ".join(f"{op} {s:.1f}" for op, s in w["gpu_operators"].items())
                 lines.append(f"| {stage} | {w['gpu_op_s']:.1f} | {w['gpu_transition_s']:.1f} | {ops} |")
     if f.get("spark_stages"):
+        on_gpu = any(st["gpu_operators"] for st in f["spark_stages"])
         lines += ["", "The longest Spark stages (submission to completion; a stage's tasks may have waited for cores "
-                  "behind another's running beside it), with their largest GPU operators under a GPU profile:", "",
-                  "| stage | Spark stage | seconds | tasks | task s | shuffle written MiB | GPU operators (op s) | "
-                  "Spark's name |", "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                  "behind another's running beside it)" + (", with their largest GPU operators" if on_gpu else "")
+                  + ":", "",
+                  "| stage | Spark stage | seconds | tasks | task s | shuffle written MiB | "
+                  + ("GPU operators (op s) | " if on_gpu else "") + "Spark's name |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | " + ("--- | " if on_gpu else "") + "--- |"]
         for st in f["spark_stages"]:
             ops = ", ".join(f"{op} {s:.1f}" for op, s in st["gpu_operators"].items())
             lines.append(f"| {st['group']} | {st['stage_id']} | {st['seconds']:.1f} | {st['tasks']:,} | "
-                         f"{st['task_s']:.1f} | {st['shuffle_write_bytes'] / (1 << 20):,.1f} | {ops} | "
-                         f"{st['name'][:60]} |")
+                         f"{st['task_s']:.1f} | {st['shuffle_write_bytes'] / (1 << 20):,.1f} | "
+                         + (f"{ops} | " if on_gpu else "") + f"{st['name'][:60]} |")
     lines += ["", "## Delta tables", "", "| table | version | rows | path |", "| --- | ---: | ---: | --- |"]
     for name, t in f["tables"].items():
         lines.append(f"| {name} | {t['version']} | {t['rows']:,} | `{t['path']}` |")
