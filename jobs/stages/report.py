@@ -238,6 +238,8 @@ def make_plots(spark: SparkSession, lake: str, facts: dict, report_dir: Path) ->
         cores = facts["spark"]["cores"] or 1
         left.barh(names, [work[n]["task_s"] / cores for n in names], height=0.4, color="#4C72B0",
                   label=f"task time / {cores} cores")
+        left.barh(names, [work[n].get("idle_s") or 0 for n in names], height=0.15, color="#C44E52",
+                  label="no task running")
         left.set(xlabel="seconds", title="Stage time")
         left.legend(loc="lower right", fontsize=7)
         mb = 1 << 20
