@@ -170,16 +170,16 @@ def _op_seconds(stage_info: dict, operator: dict[int, str]) -> Counter:
     return seconds
 
 
-def _plans_and_stages(path: str | Path):
-    """Each completed Spark stage as (its job group, its "Stage Info", the op-time accumulators known by then:
-    {id: operator name}), the plans' metrics gathered as the log goes (adaptive execution re-plans mid-query)."""
+def _with_operators(path: str | Path):
+    """Each event of the log but the SQL plans' own, as (event, its job group, the op-time accumulators known by
+    then: {id: operator name}), the plans' metrics gathered as the log goes (adaptive execution re-plans
+    mid-query; a stage completes after the plan that names its operators)."""
     operator: dict[int, str] = {}
     for e, group in _grouped(path):
-        kind = e["Event"]
-        if kind.endswith(("SparkListenerSQLExecutionStart", "SparkListenerSQLAdaptiveExecutionUpdate")):
+        if e["Event"].endswith(("SparkListenerSQLExecutionStart", "SparkListenerSQLAdaptiveExecutionUpdate")):
             _op_time_metrics(e.get("sparkPlanInfo") or {}, operator)
-        elif kind == "SparkListenerStageCompleted":
-            yield group, e.get("Stage Info") or {}, operator
+        else:
+            yield e, group, operator
 
 
 def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
@@ -187,8 +187,9 @@ def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
     "gpu_operators": the ``top`` operators by op time, {name: s}}}, for the groups that ran GPU operators (none
     under the cpu profile, or the plugin in explain-only mode)."""
     seconds: dict[str, Counter] = {}
-    for group, info, operator in _plans_and_stages(path):
-        seconds.setdefault(group, Counter()).update(_op_seconds(info, operator))
+    for e, group, operator in _with_operators(path):
+        if e["Event"] == "SparkListenerStageCompleted":
+            seconds.setdefault(group, Counter()).update(_op_seconds(e.get("Stage Info") or {}, operator))
     out = {}
     for group, per_op in seconds.items():
         if not any(per_op.values()):
@@ -199,29 +200,31 @@ def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
     return out
 
 
-def longest_stages(path: str | Path, top: int = 10, ops: int = 3) -> list[dict]:
-    """The ``top`` completed Spark stages by wall time (submission to completion), longest first: where a pipeline
-    stage's time goes inside it. Each: "group" (the pipeline stage), "stage_id", "name" (Spark's, the call site),
-    "seconds", "tasks", "task_s" (its tasks' run time), "shuffle_write_bytes" and "gpu_operators" (its ``ops``
-    largest GPU operators by op time, {name: s}; empty without GPU operators)."""
+def longest_stages(path: str | Path, top: int | None = 10, ops: int = 3) -> list[dict]:
+    """The ``top`` (None: all) completed Spark stages by wall time (submission to completion), longest first: where
+    a pipeline stage's time goes inside it. Each: "group" (the pipeline stage), "stage_id", "name" (Spark's, the
+    call site), "seconds", "tasks", "task_s" (its tasks' run time), "shuffle_write_bytes" and "gpu_operators" (its
+    ``ops`` largest GPU operators by op time, {name: s}; empty without GPU operators). One pass: a stage's tasks end
+    before it completes."""
     task_s: Counter = Counter()
     shuffled: Counter = Counter()
-    for e, _ in _grouped(path):
+    stages = []
+    for e, group, operator in _with_operators(path):
         if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
             m = e["Task Metrics"]
             task_s[e["Stage ID"]] += m.get("Executor Run Time", 0) / 1000
             shuffled[e["Stage ID"]] += (m.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
-    stages = []
-    for group, info, operator in _plans_and_stages(path):
-        if "Submission Time" not in info or "Completion Time" not in info:
-            continue   # skipped (its shuffle output reused) or never run
-        sid = info["Stage ID"]
-        stages.append({"group": group, "stage_id": sid, "name": info.get("Stage Name", ""),
-                       "seconds": round((info["Completion Time"] - info["Submission Time"]) / 1000, 3),
-                       "tasks": info.get("Number of Tasks", 0), "task_s": round(task_s[sid], 3),
-                       "shuffle_write_bytes": shuffled[sid],
-                       "gpu_operators": {op: round(s, 3) for op, s in _op_seconds(info, operator).most_common(ops)
-                                         if s > 0}})
+        elif e["Event"] == "SparkListenerStageCompleted":
+            info = e.get("Stage Info") or {}
+            if "Submission Time" not in info or "Completion Time" not in info:
+                continue   # skipped (its shuffle output reused) or never run
+            sid = info["Stage ID"]
+            stages.append({"group": group, "stage_id": sid, "name": info.get("Stage Name", ""),
+                           "seconds": round((info["Completion Time"] - info["Submission Time"]) / 1000, 3),
+                           "tasks": info.get("Number of Tasks", 0), "task_s": round(task_s[sid], 3),
+                           "shuffle_write_bytes": shuffled[sid],
+                           "gpu_operators": {op: round(s, 3) for op, s in
+                                             _op_seconds(info, operator).most_common(ops) if s > 0}})
     return sorted(stages, key=lambda st: -st["seconds"])[:top]
 
 

@@ -112,7 +112,7 @@ def longest_spark_stages(spark: SparkSession, timings: dict[str, float], top: in
     log = eventlog.running_log(spark)
     if log is None:
         return []
-    return [st for st in eventlog.longest_stages(log, top=10 * top) if st["group"] in timings][:top]
+    return [st for st in eventlog.longest_stages(log, top=None) if st["group"] in timings][:top]
 
 
 def duplicates_removed(clean: dict | None) -> dict[str, int]:
