@@ -43,10 +43,9 @@ MATERIALISE_MODES = ("true", "false", "files")
 # value lower-cased is looked up first and the regular expression of ``category_key`` runs only on a miss, as a CPU
 # evaluates a coalesce's branches lazily) or keyed (the gpu profiles': ``category_key`` computed once a row as a
 # column, then one CASE on it; the GPU evaluates every branch for every row, so the lazy form costs it the regular
-# expression anyway and both lookups of its literal map; docs/gpu.md), or tokens (keyed, the key built without a
-# regular expression: ``category_key_tokens``). All give the same values.
+# expression anyway and both lookups of its literal map; docs/gpu.md). Both give the same values.
 LOOKUP_KEY = "spark.churn.clean.categoryLookup"
-LOOKUP_MODES = ("lazy", "keyed", "tokens")
+LOOKUP_MODES = ("lazy", "keyed")
 ROW_BLOCK_BYTES = 1 << 20   # the true mode's blocks: well under half a G1 region of an executor's heap (not "humongous")
 SCRATCH = "_clean_scratch"   # under the lake: the files mode's frames, removed when the stage ends
 LINEAGE = ("source_file", "record_number")
@@ -201,19 +200,6 @@ def category_key(c: Column) -> Column:
     return F.trim(F.regexp_replace(F.lower(c), r"\s+", " "))
 
 
-# What ``\s`` matches in Java's regular expressions (``category_key``): space, tab, line feed, vertical tab, form
-# feed, carriage return.
-WHITE_SPACE = " \t\n\x0b\f\r"
-
-
-def category_key_tokens(c: Column) -> Column:
-    """``category_key``'s value with no regular expression (the ``tokens`` lookup): the lower-cased value's white
-    space made spaces, split at single spaces, the empty pieces dropped, the rest joined by one space. A split at a
-    one-character literal and ``translate`` are plain string kernels on a GPU; a null value gives "" (no spelling)."""
-    spaced = F.translate(F.lower(c), WHITE_SPACE[1:], " " * (len(WHITE_SPACE) - 1))
-    return F.concat_ws(" ", F.filter(F.split(spaced, " "), lambda piece: piece != ""))
-
-
 def category_lookup(column: str) -> dict[str, str]:
     """A categorical column's spellings (lower-case keys, as ``category_key`` gives them) -> canonical value."""
     lookup = {v.lower(): v for v in CATEGORIES[column]}
@@ -282,9 +268,8 @@ def with_checks(dataset: str, as_of: str, lookups: str = "lazy"):
         typed = {c: parsed_number(c) for c in NUMBERS[dataset]}
         typed.update({c: parsed_date(c, fmt) for c, fmt in DATES[dataset].items()})
         keys = {c: f"_k_{c}" for c in CATEGORIES_OF[dataset]}
-        if lookups in ("keyed", "tokens"):   # a select of its own: each key computed once, read by the CASE's branches
-            key = category_key if lookups == "keyed" else category_key_tokens
-            df = df.select("*", *[key(F.col(c)).alias(k) for c, k in keys.items()])
+        if lookups == "keyed":   # a select of its own: each key is computed once, the CASE reads it per branch
+            df = df.select("*", *[category_key(F.col(c)).alias(k) for c, k in keys.items()])
             typed.update({c: keyed_category(c, F.col(k)) for c, k in keys.items()})
         else:
             typed.update({c: canonical_category(c) for c in CATEGORIES_OF[dataset]})
