@@ -403,7 +403,7 @@ public final class CsvSource implements TableProvider {
             int swallowed = -1;
             int n = Math.min(p.fields, columns);
             for (int c = 0; c < n; c++) {
-                boolean lf = values.write(writer, c, p.buf, p.fieldStart[c], p.fieldEnd[c], p.quoted);
+                boolean lf = values.write(writer, c, p.buf, p.fieldStart[c], p.fieldEnd[c], p.quoted, p.ascii);
                 if (lf && swallowed < 0 && values.holdsWholeRecord(columns - 1)) swallowed = c;
             }
             for (int c = n; c < columns; c++) writer.setNullAt(c);

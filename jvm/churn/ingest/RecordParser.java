@@ -13,6 +13,12 @@ import java.util.Arrays;
 final class RecordParser {
     /** A record longer than this stops the read (a Java array holds at most 2 GiB). */
     static final int MAX_RECORD_BYTES = 1 << 30;
+    /** The bytes the parser acts on: a quote, a comma, a line feed, a carriage return. */
+    private static final boolean[] SPECIAL = new boolean[256];
+
+    static {
+        for (byte c : new byte[]{Bytes.QUOTE, Bytes.COMMA, Bytes.LF, Bytes.CR}) SPECIAL[c] = true;
+    }
 
     private final InputStream in;
     private final long end;
@@ -26,6 +32,7 @@ final class RecordParser {
     int recStart, recEnd, fields;
     int[] fieldStart = new int[64], fieldEnd = new int[64];
     boolean quoted;             // a quote somewhere in the record
+    boolean ascii;              // every byte of the record below 0x80 (so every field is valid UTF-8 as it is)
     boolean openAtEnd;          // the file ended inside quotes
     int lines;                  // the physical lines the record spans, counted as ChunkScan counts lines
     long recordPosition;        // the record's first byte in the file
@@ -73,13 +80,22 @@ final class RecordParser {
         byte prev = 0;
         int i = pos;
         byte[] b = buf;
+        int high = 0;           // the record's bytes OR-ed: negative once one is 0x80 or above
         while (true) {
+            // The bytes that mean nothing to the parser, most of them, in a tight loop of one table look-up each.
+            int from = i, n = len;
+            while (i < n && !SPECIAL[b[i] & 0xff]) {
+                high |= b[i];
+                i++;
+            }
+            if (i > from) prev = b[i - 1];
             if (i >= len) {
                 boolean more = fill(recStart);
                 b = buf;
                 i -= shift;
                 fieldFrom -= shift;
                 if (!more) {            // the file ends, and so does the record
+                    ascii = high >= 0;
                     openAtEnd = inQuotes;
                     if (inQuotes && i > recStart && Bytes.isBreak(b[i - 1])) lines--;   // the file's own line end
                     addField(fieldFrom, i);
@@ -100,6 +116,7 @@ final class RecordParser {
                 }
             } else if (c == Bytes.LF || c == Bytes.CR) {
                 if (!inQuotes) {
+                    ascii = high >= 0;
                     addField(fieldFrom, i);
                     recEnd = i;
                     pos = i + 1;

@@ -1,6 +1,7 @@
 package churn.ingest;
 
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
+import org.apache.spark.unsafe.Platform;
 
 import java.util.Arrays;
 
@@ -16,7 +17,8 @@ final class Values {
      * quote of the value), invalid UTF-8 decoded to U+FFFD. {@code mayQuote}: false when the record has no quote.
      * Returns whether the value holds a line feed.
      */
-    boolean write(UnsafeRowWriter writer, int ordinal, byte[] buf, int from, int to, boolean mayQuote) {
+    boolean write(UnsafeRowWriter writer, int ordinal, byte[] buf, int from, int to, boolean mayQuote,
+                  boolean ascii) {
         if (to == from) {
             writer.setNullAt(ordinal);
             return false;
@@ -35,13 +37,28 @@ final class Values {
             len = scratchLen;
             lf = indexOf(scratch, 0, scratchLen, Bytes.LF) >= 0;
         }
-        if (Bytes.asciiOrValid(src, off, len)) {
-            writer.write(ordinal, src, off, len);
+        if (ascii || Bytes.asciiOrValid(src, off, len)) {
+            put(writer, ordinal, src, off, len);
         } else {
             byte[] fixed = Bytes.utf8(src, off, len);
             writer.write(ordinal, fixed, 0, fixed.length);
         }
         return lf;
+    }
+
+    /** {@code src[off, off + len)} as the string at {@code ordinal}: what {@code UnsafeWriter.write(int, byte[], int,
+     *  int)} does, with an array copy (cheaper for a field's few bytes than its copy through Unsafe) and the padding
+     *  to the next 8-byte word zeroed byte by byte. */
+    static void put(UnsafeRowWriter writer, int ordinal, byte[] src, int off, int len) {
+        int rounded = (len + 7) & ~7;
+        writer.grow(rounded);
+        int at = writer.cursor();
+        byte[] row = writer.getBuffer();
+        if (rounded > len) Platform.putLong(row, at + rounded - 8, 0L);   // the last word's padding
+        System.arraycopy(src, off, row, at - Platform.BYTE_ARRAY_OFFSET, len);
+        writer.increaseCursor(len);
+        writer.setOffsetAndSizeFromPreviousCursor(ordinal, at);
+        writer.increaseCursor(rounded - len);
     }
 
     /** Whether the last value written by {@code write} (unquoted, so in the scratch buffer) holds a line feed
