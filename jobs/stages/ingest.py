@@ -407,13 +407,23 @@ def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list],
     return out
 
 
+# Profile switch: "true" has the reader hand its records over as batches of Arrow vectors of up to
+# COLUMNAR_BATCH_ROWS rows instead of one row at a time. The RAPIDS Accelerator copies such a batch to the GPU buffer by
+# buffer, where it converts rows into columns value by value on the CPU; Spark turns the batches back into rows for a
+# CPU plan. Off by default: not measured on a GPU yet (conf/gpu-sweep-ingest-columnar.txt measures it).
+COLUMNAR_KEY = "spark.churn.ingest.columnarReader"
+COLUMNAR_BATCH_ROWS = 65536
+
+
 def extract(spark: SparkSession, files: list[InputFile], splits: list[list[int]],
             columns: tuple[str, ...], tally: str) -> DataFrame:
     """Every record of the splits: its first ``len(columns)`` fields as strings (null when empty or missing), then
     source_file, record_number, record_lines, field_count, raw and swallowed (jvm/churn/ingest/CsvSource.java). The
     counts of the splits read whole go to the tally named ``tally`` (``take_tally``)."""
+    columnar = conf_flag(spark, COLUMNAR_KEY, False)
     return (spark.read.format(SOURCE).options(mode="records", tally=tally, **options(files))
-            .option("columns", json.dumps(list(columns))).option("splits", json.dumps(splits)).load())
+            .option("columns", json.dumps(list(columns))).option("splits", json.dumps(splits))
+            .option("columnar", str(columnar).lower()).option("batchRows", COLUMNAR_BATCH_ROWS).load())
 
 
 def take_tally(spark: SparkSession, tally: str) -> dict:

@@ -151,14 +151,19 @@ HOSTILE_BRONZE = [
 ]
 
 
+@pytest.mark.parametrize("columnar", [False, True], ids=["rows", "arrow-batches"])
 @pytest.mark.parametrize("chunk", [1, 7, 13, 64, 1 << 30])
-def test_a_file_read_in_chunks_of_any_size_gives_the_same_records(spark, tmp_path, monkeypatch, chunk):
+def test_a_file_read_in_chunks_of_any_size_gives_the_same_records(spark, tmp_path, monkeypatch, session_conf, chunk,
+                                                                   columnar):
     """The pre-pass cuts the file into chunks of ``chunk`` bytes (a record boundary, a CR LF, a quote may fall on any
     chunk edge); the splits it plans must give every record once, numbered and parsed as one whole read does. With
-    chunks of half the file or more it is read whole and counted as it is parsed: the same records and lines."""
+    chunks of half the file or more it is read whole and counted as it is parsed: the same records and lines. The
+    reader's records as rows or as Arrow batches (of 3 rows: a file's records span several) give the same."""
     inp = write_input(tmp_path / "in", CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n", {})
     (tmp_path / "in" / "events" / "events-00000.csv").write_bytes(HOSTILE)
     monkeypatch.setattr(ingest, "chunk_bytes", lambda spark, total: chunk)
+    monkeypatch.setattr(ingest, "COLUMNAR_BATCH_ROWS", 3)
+    session_conf(**{ingest.COLUMNAR_KEY: str(columnar).lower()})
     lake = str(tmp_path / "lake")
 
     record = ingest.run(spark, inp, lake)
@@ -173,6 +178,20 @@ def test_a_file_read_in_chunks_of_any_size_gives_the_same_records(spark, tmp_pat
     assert record.counts["input"]["events"]["files"]["events-00000.csv"] == {
         "bytes": len(HOSTILE), "lines": 13, "blank_lines": 2}
     assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 8, "bronze": 6, "quarantined": 2}
+
+
+def test_the_columnar_key_makes_the_reader_hand_over_arrow_batches(spark, tmp_path, session_conf):
+    """With the key on, the scan is columnar (Spark turns its batches into rows for a CPU plan, the RAPIDS Accelerator
+    copies them to the GPU as they are): the records of HOSTILE, as by hand above."""
+    path = tmp_path / "events.csv"
+    path.write_bytes(HOSTILE)
+    files = [ingest.InputFile(str(path), "events.csv", len(HOSTILE))]
+    session_conf(**{ingest.COLUMNAR_KEY: "true"})
+    df = ingest.extract(spark, files, [[0, 0, len(HOSTILE), 0, 0]], tuple(EVENTS_CSV_SCHEMA.fieldNames()), "unused")
+    assert "ColumnarToRow" in df._jdf.queryExecution().executedPlan().toString()
+    got = df.select("record_number", "event_id", "note", "record_lines", "field_count").collect()
+    assert sorted((r[0], r[1], r[2], r[3]) for r in got) == [row[:4] for row in HOSTILE_BRONZE]
+    assert [r["field_count"] for r in sorted(got)] == [7, 7, 6, 7, 7, 7, 8, 7]
 
 
 def test_ingest_fails_loudly_when_a_split_is_numbered_wrong(spark, tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.util.SerializableConfiguration;
 
 import java.io.FilterInputStream;
@@ -95,9 +96,14 @@ public final class CsvSource implements TableProvider {
         final long chunkBytes;
         final long[][] splits;
         final String tally;
+        final boolean columnar;     // records as batches of Arrow vectors, of up to batchRows rows
+        final int batchRows;
 
         Options(Map<String, String> o) {
             mode = required(o, "mode");
+            columnar = Boolean.parseBoolean(o.getOrDefault("columnar", "false")) && mode.equals("records");
+            batchRows = Integer.parseInt(o.getOrDefault("batchRows", "65536"));
+            if (batchRows <= 0) throw new IllegalArgumentException("batchRows must be positive");
             try {
                 ObjectMapper json = new ObjectMapper();
                 JsonNode files = json.readTree(required(o, "files"));
@@ -279,6 +285,16 @@ public final class CsvSource implements TableProvider {
             return options.mode.equals("scan") ? new ScanReader(options, conf.value(), part)
                 : new RecordReader(options, conf.value(), part, tally);
         }
+
+        @Override
+        public boolean supportColumnarReads(InputPartition partition) {
+            return options.columnar;
+        }
+
+        @Override
+        public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+            return new ColumnarRecordReader(options, conf.value(), (Part) partition, tally);
+        }
     }
 
     /** The file at {@code path} opened at byte {@code at} (decompressed, and then only at 0, if its name says it is
@@ -353,26 +369,26 @@ public final class CsvSource implements TableProvider {
         }
     }
 
-    static final class RecordReader implements PartitionReader<InternalRow> {
+    /** The records of one split, one at a time, for either reader: parsed, then their values put to an
+     *  {@code Output} (the record's fields, then the trailer: source_file ... swallowed). */
+    static final class Records {
         private final String path;
         private final byte[] name;
         private final int columns;
         private final InputStream in;
         private final Counted counted;      // the whole file's count, when the split is counted
         private final RecordParser parser;
-        private final UnsafeRowWriter writer;
         private final Values values = new Values();
         private final byte[][] columnNames;
         private long recordNumber;
         private boolean headerPending;
 
-        RecordReader(Options options, Configuration conf, Part part, Tally tally) {
+        Records(Options options, Configuration conf, Part part, Tally tally) {
             this.path = options.paths[part.file];
             this.name = options.names[part.file].getBytes(StandardCharsets.UTF_8);
             this.columns = options.columns.length;
             this.columnNames = new byte[columns][];
             for (int c = 0; c < columns; c++) columnNames[c] = options.columns[c].getBytes(StandardCharsets.UTF_8);
-            this.writer = new UnsafeRowWriter(columns + TRAILER.length, 64 * (columns + 4));
             this.recordNumber = part.extra;
             this.headerPending = part.start == 0;
             InputStream opened;
@@ -386,8 +402,8 @@ public final class CsvSource implements TableProvider {
             this.parser = new RecordParser(in, part.start, part.end);
         }
 
-        @Override
-        public boolean next() throws IOException {
+        /** Parses the next record; false once the split is read (a counted file's count then goes to its tally). */
+        boolean next() throws IOException {
             try {
                 if (headerPending) {
                     headerPending = false;
@@ -397,48 +413,124 @@ public final class CsvSource implements TableProvider {
             } catch (IOException | RuntimeException e) {
                 throw failure(path, e);
             }
-            RecordParser p = parser;
-            writer.reset();
-            writer.zeroOutNullBytes();
-            int swallowed = -1;
-            int n = Math.min(p.fields, columns);
-            for (int c = 0; c < n; c++) {
-                boolean lf = values.write(writer, c, p.buf, p.fieldStart[c], p.fieldEnd[c], p.quoted, p.ascii);
-                if (lf && swallowed < 0 && values.holdsWholeRecord(columns - 1)) swallowed = c;
-            }
-            for (int c = n; c < columns; c++) writer.setNullAt(c);
-            writer.write(columns, name, 0, name.length);
-            writer.write(columns + 1, recordNumber++);
-            writer.write(columns + 2, p.lines);
-            writer.write(columns + 3, p.fields);
-            if (p.fields != columns || swallowed >= 0) {
-                byte[] raw = Bytes.utf8(p.buf, p.recStart, p.recEnd - p.recStart);
-                writer.write(columns + 4, raw, 0, raw.length);
-            } else {
-                writer.setNullAt(columns + 4);
-            }
-            if (swallowed >= 0) {
-                writer.write(columns + 5, columnNames[swallowed], 0, columnNames[swallowed].length);
-            } else {
-                writer.setNullAt(columns + 5);
-            }
             return true;
         }
 
-        /** The split is read: a counted file's count goes to its tally. */
+        /** The record parsed last, put to {@code out}. */
+        void put(Output out) {
+            RecordParser p = parser;
+            int swallowed = -1;
+            int n = Math.min(p.fields, columns);
+            for (int c = 0; c < n; c++) {
+                boolean lf = values.decode(p.buf, p.fieldStart[c], p.fieldEnd[c], p.quoted, p.ascii);
+                if (values.isNull) {
+                    out.putNull(c);
+                } else {
+                    out.putString(c, values.src, values.off, values.len);
+                }
+                if (lf && swallowed < 0 && values.holdsWholeRecord(columns - 1)) swallowed = c;
+            }
+            for (int c = n; c < columns; c++) out.putNull(c);
+            out.putString(columns, name, 0, name.length);
+            out.putLong(columns + 1, recordNumber++);
+            out.putInt(columns + 2, p.lines);
+            out.putInt(columns + 3, p.fields);
+            if (p.fields != columns || swallowed >= 0) {
+                byte[] raw = Bytes.utf8(p.buf, p.recStart, p.recEnd - p.recStart);
+                out.putString(columns + 4, raw, 0, raw.length);
+            } else {
+                out.putNull(columns + 4);
+            }
+            if (swallowed >= 0) {
+                out.putString(columns + 5, columnNames[swallowed], 0, columnNames[swallowed].length);
+            } else {
+                out.putNull(columns + 5);
+            }
+        }
+
         private boolean done() {
             if (counted != null) counted.tally();
             return false;
         }
 
+        void close() throws IOException {
+            in.close();
+        }
+    }
+
+    static final class RecordReader implements PartitionReader<InternalRow> {
+        private final Records records;
+        private final Output.Row out;
+
+        RecordReader(Options options, Configuration conf, Part part, Tally tally) {
+            records = new Records(options, conf, part, tally);
+            out = new Output.Row(options.columns.length + TRAILER.length);
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            if (!records.next()) return false;
+            out.start();
+            records.put(out);
+            return true;
+        }
+
         @Override
         public InternalRow get() {
-            return writer.getRow();
+            return out.writer.getRow();
         }
 
         @Override
         public void close() throws IOException {
-            in.close();
+            records.close();
+        }
+    }
+
+    /** The records of a split in batches of up to {@code batchRows} rows of Arrow vectors (option columnar). */
+    static final class ColumnarRecordReader implements PartitionReader<ColumnarBatch> {
+        private final Records records;
+        private final Output.Arrow out;
+        private final int batchRows;
+        private ColumnarBatch batch;
+        private boolean done;
+
+        ColumnarRecordReader(Options options, Configuration conf, Part part, Tally tally) {
+            records = new Records(options, conf, part, tally);
+            out = new Output.Arrow(options.schema());
+            batchRows = options.batchRows;
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            if (done) return false;
+            out.start(batchRows);
+            int rows = 0;
+            while (rows < batchRows) {
+                if (!records.next()) {
+                    done = true;
+                    break;
+                }
+                records.put(out);
+                out.nextRow();
+                rows++;
+            }
+            if (rows == 0) {
+                out.release();
+                return false;
+            }
+            batch = out.batch();
+            return true;
+        }
+
+        @Override
+        public ColumnarBatch get() {
+            return batch;
+        }
+
+        @Override
+        public void close() throws IOException {
+            out.release();
+            records.close();
         }
     }
 

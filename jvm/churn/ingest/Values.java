@@ -1,35 +1,35 @@
 package churn.ingest;
 
-import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
-import org.apache.spark.unsafe.Platform;
-
 import java.util.Arrays;
 
-/** A parsed record's fields as the row's string values: quotes removed, bytes as UTF-8. */
+/** A parsed record's fields as string values: quotes removed, bytes as UTF-8. */
 final class Values {
     private byte[] scratch = new byte[4096];
     private int scratchLen;
 
+    /** The last value {@code decode} found: null, or the bytes {@code src[off, off + len)}. */
+    boolean isNull;
+    byte[] src;
+    int off, len;
+
     /**
-     * Writes the value of {@code buf[from, to)} at {@code ordinal}: null when the field is empty (or {@code ""});
-     * else its bytes
-     * with quoting removed (each {@code "} toggles quoting and is dropped, but a doubled quote inside quotes is one
-     * quote of the value), invalid UTF-8 decoded to U+FFFD. {@code mayQuote}: false when the record has no quote.
-     * Returns whether the value holds a line feed.
+     * The value of {@code buf[from, to)}: null when the field is empty (or {@code ""}); else its bytes with quoting
+     * removed (each {@code "} toggles quoting and is dropped, but a doubled quote inside quotes is one quote of the
+     * value), invalid UTF-8 decoded to U+FFFD; left in {@code isNull}, {@code src}, {@code off} and {@code len},
+     * valid until the next call. {@code mayQuote}: false when the record has no quote; {@code ascii}: true when every
+     * byte of the record is below 0x80. Returns whether the value holds a line feed.
      */
-    boolean write(UnsafeRowWriter writer, int ordinal, byte[] buf, int from, int to, boolean mayQuote,
-                  boolean ascii) {
-        if (to == from) {
-            writer.setNullAt(ordinal);
-            return false;
-        }
-        byte[] src = buf;
-        int off = from, len = to - from;
+    boolean decode(byte[] buf, int from, int to, boolean mayQuote, boolean ascii) {
+        isNull = to == from;
+        if (isNull) return false;
+        src = buf;
+        off = from;
+        len = to - from;
         boolean lf = false;
         if (mayQuote && indexOf(buf, from, to, Bytes.QUOTE) >= 0) {
             unquote(buf, from, to);
             if (scratchLen == 0) {      // "" is an empty field too (as Spark's CSV reader reads it)
-                writer.setNullAt(ordinal);
+                isNull = true;
                 return false;
             }
             src = scratch;
@@ -37,31 +37,15 @@ final class Values {
             len = scratchLen;
             lf = indexOf(scratch, 0, scratchLen, Bytes.LF) >= 0;
         }
-        if (ascii || Bytes.asciiOrValid(src, off, len)) {
-            put(writer, ordinal, src, off, len);
-        } else {
-            byte[] fixed = Bytes.utf8(src, off, len);
-            writer.write(ordinal, fixed, 0, fixed.length);
+        if (!ascii && !Bytes.asciiOrValid(src, off, len)) {
+            src = Bytes.utf8(src, off, len);
+            off = 0;
+            len = src.length;
         }
         return lf;
     }
 
-    /** {@code src[off, off + len)} as the string at {@code ordinal}: what {@code UnsafeWriter.write(int, byte[], int,
-     *  int)} does, with an array copy (cheaper for a field's few bytes than its copy through Unsafe) and the padding
-     *  to the next 8-byte word zeroed byte by byte. */
-    static void put(UnsafeRowWriter writer, int ordinal, byte[] src, int off, int len) {
-        int rounded = (len + 7) & ~7;
-        writer.grow(rounded);
-        int at = writer.cursor();
-        byte[] row = writer.getBuffer();
-        if (rounded > len) Platform.putLong(row, at + rounded - 8, 0L);   // the last word's padding
-        System.arraycopy(src, off, row, at - Platform.BYTE_ARRAY_OFFSET, len);
-        writer.increaseCursor(len);
-        writer.setOffsetAndSizeFromPreviousCursor(ordinal, at);
-        writer.increaseCursor(rounded - len);
-    }
-
-    /** Whether the last value written by {@code write} (unquoted, so in the scratch buffer) holds a line feed
+    /** Whether the last value {@code decode} unquoted (so in the scratch buffer) holds a line feed
      *  followed by a line with at least {@code commas} commas: the mark of records swallowed by an open quote. */
     boolean holdsWholeRecord(int commas) {
         int n = 0;
