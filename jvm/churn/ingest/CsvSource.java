@@ -51,7 +51,8 @@ import java.util.Set;
  * end, first record number, counted]; end -1: to the end of the stream): the first {@code columns} fields as strings
  * (null when empty), then source_file, record_number, record_lines (the physical lines the record spans),
  * field_count, raw (the record's text, only where the field count is wrong or a field swallowed whole records)
- * and swallowed (the first column whose value holds a line feed followed by a whole record's separators).</li>
+ * and swallowed (the first column whose value holds a line feed followed by a whole record's separators); with
+ * option {@code columnar} true, the same rows in batches of Arrow vectors of up to {@code batchRows} rows.</li>
  * </ul>
  * A split marked counted (1) is a whole file: its bytes are counted as the parser reads them, as the pre-pass would
  * count them ({@code ChunkScan}), into the {@code Tally} that option {@code tally} names.
