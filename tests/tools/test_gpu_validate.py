@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
+from pathlib import Path
 
 from tests.support.sessions import ROOT
 
@@ -22,6 +24,23 @@ def test_the_background_runs_arguments_reach_its_steps_as_values_not_shell_code(
         time.sleep(1)
     assert not pwned.exists()
     assert f"step 'generate {customers}' started" in log.read_text()
+    # and its failed steps left nothing running (a step's host sampler once outlived it, sampling forever)
+    deadline = time.monotonic() + 20
+    while left := processes_with_env("GPUVAL", str(tmp_path / "state")):
+        assert time.monotonic() < deadline, left
+        time.sleep(1)
+
+
+def processes_with_env(key: str, value: str) -> list[str]:
+    """Command lines of this machine's processes whose environment holds KEY=VALUE."""
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"{key}={value}".encode() in env.read_bytes().split(b"\0"):
+                found.append((env.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:   # gone, or not ours to read
+            continue
+    return found
 
 
 def assert_refused(tmp_path, step: str, cases: tuple[tuple[str, str], ...]) -> None:
@@ -78,3 +97,22 @@ def test_the_executors_keep_the_profiles_java_options_with_the_scripts_own_log4j
         f"-Dlog4j2.configurationFile={state}/log4j2-executor.properties"]
     java = subprocess.run(["java", f"@{args_file}", "-version"], capture_output=True, text=True, timeout=60)
     assert java.returncode == 0, java.stderr   # a java launcher takes the file as its options
+
+
+def test_a_sweep_line_splits_into_spark_settings_and_the_runs_environment(tmp_path):
+    """``NAME KEY=VALUE...``: an upper-case KEY is an environment variable of that variant's run (e.g. which stage
+    the thread dumps follow), the others are Spark settings. Here every run fails at once (no GPU stack), after
+    the sweep has said how it read each line."""
+    state = tmp_path / "state"
+    (state / "data").mkdir(parents=True)
+    (state / "data" / "manifest.json").write_text("{}")
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text("# a comment\nplain\nv1 DUMP_STAGE=clean spark.rapids.sql.batchSizeBytes=512m\n"
+                     "v2 spark.sql.shuffle.partitions=64 PIPELINE_LIMIT_S=900\n")
+    env = {**os.environ, "GPUVAL": str(state)}
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "sweep", str(sweep)], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=ROOT)
+    said = [line for line in out.stdout.splitlines() if re.match(r"gpu-validate: sweep \S+: ", line)]
+    assert said == ["gpu-validate: sweep plain: conf/gpu.conf as it is",
+                    "gpu-validate: sweep v1:  spark.rapids.sql.batchSizeBytes=512m (environment: DUMP_STAGE=clean)",
+                    "gpu-validate: sweep v2:  spark.sql.shuffle.partitions=64 (environment: PIPELINE_LIMIT_S=900)"], out.stdout
