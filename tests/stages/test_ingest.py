@@ -489,6 +489,23 @@ def test_a_line_of_spaces_a_nul_byte_and_a_last_record_without_newline_are_each_
     assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 4, "bronze": 3, "quarantined": 1}
 
 
+def test_a_file_that_starts_with_a_byte_order_mark_ingests_like_one_without(spark, tmp_path):
+    """Excel's "CSV UTF-8" export starts the file with a UTF-8 byte-order mark (EF BB BF) before the header, and ends
+    its lines with CR LF: the header still matches the contract and every record is read, none changed."""
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {})
+    (tmp_path / "in" / "events" / "events-00000.csv").write_bytes(
+        b"\xef\xbb\xbf" + EVENTS_HEADER.encode() + b"\r\n"
+        b"E1,C1,2026-01-01 00:00:00,charge,1.00,web,n1\r\n"
+        b"E2,C1,2026-01-02 00:00:00,usage,2.00,app,n2\r\n")
+    lake = str(tmp_path / "lake")
+    record = ingest.run(spark, inp, lake)
+    bronze = spark.read.format("delta").load(f"{lake}/bronze/events")
+    assert sorted((r["event_id"], r["note"], r["record_number"], r["malformed"]) for r in bronze.collect()) == [
+        ("E1", "n1", 0, None), ("E2", "n2", 1, None)]
+    assert record.counts["files"]["events"]["events-00000.csv"] == {"records": 2, "bronze": 2, "quarantined": 0}
+
+
 def test_a_file_of_blank_lines_only_is_refused_as_a_missing_header_and_nothing_is_written(spark, tmp_path):
     customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
     inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS, "events-00001.csv": "\n\n"})
