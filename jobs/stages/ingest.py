@@ -269,6 +269,10 @@ def check_header(path: str, line: str | None, columns: tuple[str, ...]) -> None:
     if line is None:
         return
     got = tuple(f.strip().strip('"') for f in line.lstrip("\ufeff").rstrip("\r").split(","))
+    if got != columns and "\x00" in line:
+        # UTF-16 puts a zero byte beside every ASCII letter (Excel's "Unicode Text" and Windows PowerShell's Out-File write it).
+        raise UserError(f"{path}: the header line holds zero bytes, so the file is not UTF-8 text: it looks UTF-16 "
+                        f"encoded; save it as UTF-8 (Excel: \"CSV UTF-8\"), or move it out of the input folder")
     if got != columns:
         raise UserError(f"{path}: header {line!r} does not match the contract columns {','.join(columns)}: "
                         f"write the file with that header line (jobs/lake/contract.py), or move it out of the "

@@ -13,6 +13,7 @@ from jobs.core.errors import UserError
 from jobs.lake import delta_io
 from jobs.lake.contract import EVENTS_CSV_SCHEMA
 from jobs.launch import profiles
+from jobs.run.pipeline import Pipeline
 from jobs.stages import ingest
 from tests.support.etl_inputs import CUSTOMERS_HEADER, EVENTS_HEADER, good_customer_line, write_input
 
@@ -300,6 +301,24 @@ def test_ingest_wrong_header_is_a_user_error_and_writes_nothing(spark, tmp_path)
     with pytest.raises(UserError, match="events-00000.csv: header .* does not match the contract columns"):
         ingest.run(spark, inp, str(lake))
     assert not lake.exists()
+
+
+def test_a_utf16_file_is_refused_naming_its_encoding_and_nothing_is_written(spark, tmp_path):
+    """A file saved as UTF-16 (a byte-order mark FF FE, then two bytes a character) is refused before anything is
+    written, by ingest on Spark and by scripts/pipeline's check of a local --input alike, with the cause and the
+    fix rather than the garbled header."""
+    customers = CUSTOMERS_HEADER + "\n" + good_customer_line("C1") + "\n"
+    inp = write_input(tmp_path / "in", customers, {"events-00000.csv": GOOD_EVENTS})
+    utf16 = (EVENTS_HEADER + "\r\nE1,C1,2026-01-01 00:00:00,charge,1.00,web,n1\r\n").encode("utf-16")
+    assert utf16[:2] == b"\xff\xfe"
+    (tmp_path / "in" / "events" / "events-00001.csv").write_bytes(utf16)
+    lake = tmp_path / "lake"
+    expected = r"events-00001.csv: the header line holds zero bytes, .* it looks UTF-16 encoded; save it as UTF-8"
+    with pytest.raises(UserError, match=expected):
+        ingest.run(spark, inp, str(lake))
+    assert not lake.exists()
+    with pytest.raises(UserError, match=expected):
+        Pipeline.check_input(tmp_path / "in")
 
 
 def test_ingest_runs_with_the_plugins_sql_off_where_the_key_says_so(spark, tmp_path, session_conf):
