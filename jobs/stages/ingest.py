@@ -264,19 +264,35 @@ def check_headers(spark: SparkSession, paths: list[str], columns: tuple[str, ...
         check_header(path, first_line(spark, path), columns)
 
 
+# Separators other exports use (Excel in locales whose decimal mark is a comma writes semicolons; TSV): named in the
+# refusal of a header that holds the contract's columns separated by one of them.
+OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
+
+
 def check_header(path: str, line: str | None, columns: tuple[str, ...]) -> None:
-    """``line``, the first of the file at ``path`` (None: the file is empty, so no header and no records)."""
+    """``line``, the first of the file at ``path`` (None: the file is empty, so no header and no records). A refusal
+    names the cause where it can tell: another separator, or UTF-16 text."""
     if line is None:
         return
-    got = tuple(f.strip().strip('"') for f in line.lstrip("\ufeff").rstrip("\r").split(","))
-    if got != columns and "\x00" in line:
-        # UTF-16 puts a zero byte beside every ASCII letter (Excel's "Unicode Text" and Windows PowerShell's Out-File write it).
+    text = line.lstrip("\ufeff").rstrip("\r")   # a UTF-8 byte-order mark (Excel's "CSV UTF-8") is allowed
+
+    def fields(separator: str) -> tuple[str, ...]:
+        return tuple(f.strip().strip('"') for f in text.split(separator))
+
+    if fields(",") == columns:
+        return
+    for separator, name in OTHER_SEPARATORS.items():
+        if fields(separator) == columns:
+            raise UserError(f"{path}: the header's fields are separated by {name}, not commas: the reader takes "
+                            f"commas only; export the file with comma separators, or move it out of the input folder")
+    if "\x00" in line:
+        # UTF-16 puts a zero byte beside every ASCII letter (Excel's "Unicode Text" and Windows PowerShell's Out-File
+        # write it).
         raise UserError(f"{path}: the header line holds zero bytes, so the file is not UTF-8 text: it looks UTF-16 "
                         f"encoded; save it as UTF-8 (Excel: \"CSV UTF-8\"), or move it out of the input folder")
-    if got != columns:
-        raise UserError(f"{path}: header {line!r} does not match the contract columns {','.join(columns)}: "
-                        f"write the file with that header line (jobs/lake/contract.py), or move it out of the "
-                        f"input folder")
+    raise UserError(f"{path}: header {line!r} does not match the contract columns {','.join(columns)}: "
+                    f"write the file with that header line (jobs/lake/contract.py), or move it out of the "
+                    f"input folder")
 
 
 def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, tuple[int, int]]:

@@ -303,6 +303,19 @@ def test_ingest_wrong_header_is_a_user_error_and_writes_nothing(spark, tmp_path)
     assert not lake.exists()
 
 
+def test_a_header_with_another_separator_is_refused_naming_it():
+    """Excel where the decimal mark is a comma saves "CSV" with semicolons; a TSV has tabs: the refusal says so."""
+    columns = ("event_id", "customer_id", "amount")
+    for line, name in (("event_id;customer_id;amount", "semicolons"), ('"event_id"\t"customer_id"\t"amount"\r', "tabs"),
+                       ("event_id|customer_id|amount", "vertical bars")):
+        with pytest.raises(UserError, match=f"^e.csv: the header's fields are separated by {name}, not commas: "
+                                            f"the reader takes commas only; export the file with comma separators"):
+            ingest.check_header("e.csv", line, columns)
+    ingest.check_header("e.csv", '\ufeffevent_id, customer_id ,"amount"\r', columns)   # commas: accepted
+    with pytest.raises(UserError, match="^e.csv: header 'event_id;amount' does not match the contract columns"):
+        ingest.check_header("e.csv", "event_id;amount", columns)                     # other columns: the usual refusal
+
+
 def test_a_utf16_file_is_refused_naming_its_encoding_and_nothing_is_written(spark, tmp_path):
     """A file saved as UTF-16 (a byte-order mark FF FE, then two bytes a character) is refused before anything is
     written, by ingest on Spark and by scripts/pipeline's check of a local --input alike, with the cause and the
