@@ -271,7 +271,8 @@ OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
 
 def check_header(path: str, line: str | None, columns: tuple[str, ...]) -> None:
     """``line``, the first of the file at ``path`` (None: the file is empty, so no header and no records). A refusal
-    names the cause where it can tell: another separator, or UTF-16 text."""
+    names the cause where it can tell: another separator, UTF-16 text, the columns missing or not in the contract, or
+    the contract's columns in another order."""
     if line is None:
         return
     text = line.lstrip("\ufeff").rstrip("\r")   # a UTF-8 byte-order mark (Excel's "CSV UTF-8") is allowed
@@ -279,7 +280,8 @@ def check_header(path: str, line: str | None, columns: tuple[str, ...]) -> None:
     def fields(separator: str) -> tuple[str, ...]:
         return tuple(f.strip().strip('"') for f in text.split(separator))
 
-    if fields(",") == columns:
+    got = fields(",")
+    if got == columns:
         return
     for separator, name in OTHER_SEPARATORS.items():
         if fields(separator) == columns:
@@ -290,7 +292,13 @@ def check_header(path: str, line: str | None, columns: tuple[str, ...]) -> None:
         # write it).
         raise UserError(f"{path}: the header line holds zero bytes, so the file is not UTF-8 text: it looks UTF-16 "
                         f"encoded; save it as UTF-8 (Excel: \"CSV UTF-8\"), or move it out of the input folder")
-    raise UserError(f"{path}: header {line!r} does not match the contract columns {','.join(columns)}: "
+    missing, unexpected = [c for c in columns if c not in got], [c for c in got if c not in columns]
+    if not missing and not unexpected and len(got) == len(columns):
+        why = " (the same columns in another order: they are read by position)"
+    else:
+        why = "".join(f" ({label}: {', '.join(names)})" for label, names in
+                      (("missing", missing), ("not in the contract", unexpected)) if names)
+    raise UserError(f"{path}: header {line!r} does not match the contract columns {','.join(columns)}{why}: "
                     f"write the file with that header line (jobs/lake/contract.py), or move it out of the "
                     f"input folder")
 

@@ -316,6 +316,22 @@ def test_a_header_with_another_separator_is_refused_naming_it():
         ingest.check_header("e.csv", "event_id;amount", columns)                     # other columns: the usual refusal
 
 
+def test_a_wrong_header_is_refused_naming_what_differs():
+    """The refusal says which columns are missing or not in the contract, or that the columns are all there in another
+    order (read by position, they would land in the wrong columns)."""
+    columns = ("event_id", "customer_id", "amount")
+    cases = {"customer_id,event_id,amount": "(the same columns in another order: they are read by position)",
+             "event_id,customer,amount,extra": "(missing: customer_id) (not in the contract: customer, extra)",
+             "event_id,customer_id": "(missing: amount)",
+             "Event_ID,customer_id,amount": "(missing: event_id) (not in the contract: Event_ID)"}
+    for line, why in cases.items():
+        with pytest.raises(UserError) as e:
+            ingest.check_header("e.csv", line, columns)
+        assert str(e.value) == (f"e.csv: header {line!r} does not match the contract columns event_id,customer_id,amount "
+                                f"{why}: write the file with that header line (jobs/lake/contract.py), or move it out "
+                                f"of the input folder")
+
+
 def test_a_utf16_file_is_refused_naming_its_encoding_and_nothing_is_written(spark, tmp_path):
     """A file saved as UTF-16 (a byte-order mark FF FE, then two bytes a character) is refused before anything is
     written, by ingest on Spark and by scripts/pipeline's check of a local --input alike, with the cause and the
