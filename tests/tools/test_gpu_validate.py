@@ -116,3 +116,27 @@ def test_a_sweep_line_splits_into_spark_settings_and_the_runs_environment(tmp_pa
     assert said == ["gpu-validate: sweep plain: conf/gpu.conf as it is",
                     "gpu-validate: sweep v1:  spark.rapids.sql.batchSizeBytes=512m (environment: DUMP_STAGE=clean)",
                     "gpu-validate: sweep v2:  spark.sql.shuffle.partitions=64 (environment: PIPELINE_LIMIT_S=900)"], out.stdout
+
+
+def test_a_sweeps_thread_dumps_wait_for_their_own_runs_stage_and_end_with_it(tmp_path):
+    """DUMPS=N signals the driver once the run's log says the stage started. A sweep's runs share one log file:
+    the previous run's log must not start the next run's dumps at its first JVMs, and dumps still waiting when
+    their run ends must end with it (one outlived the sweep, held its lock and failed every step after it)."""
+    state = tmp_path / "state"
+    (state / "data").mkdir(parents=True)
+    (state / "data" / "manifest.json").write_text("{}")
+    (state / "results").mkdir()
+    (state / "results" / "pipeline-gpu.log").write_text("[pipeline 10:00:00] ingest: start\n")  # an earlier run's
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text("first\nsecond\n")
+    env = {**os.environ, "GPUVAL": str(state), "DUMPS": "3", "DUMP_STAGE": "ingest"}
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "sweep", str(sweep)], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=ROOT)
+    assert "gpu-validate: sweep second: conf/gpu.conf as it is" in out.stdout, out.stdout + out.stderr
+    dumps_log = state / "results" / "stage-dumps.log"
+    said = dumps_log.read_text() if dumps_log.exists() else ""
+    assert not re.search(r"ingest dump \d", said), said
+    deadline = time.monotonic() + 10
+    while left := processes_with_env("GPUVAL", str(state)):
+        assert time.monotonic() < deadline, left
+        time.sleep(1)
