@@ -17,7 +17,7 @@ def test_gradle_jars_are_exactly_the_pins_and_a_second_run_fetches_nothing():
     assert names == sorted([*jars.DELTA_JARS, jars.RAPIDS_JAR])
     built = [*jars.JARS_DIR.iterdir(), jars.JVM_JAR]
     before = {p: p.stat().st_mtime_ns for p in built}
-    out = subprocess.run(["gradle", "--offline", "--console=plain", "jars", "jvmJar"], cwd=ROOT,
+    out = subprocess.run(["gradle", "--no-daemon", "--offline", "--console=plain", "jars", "jvmJar"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert ":jars UP-TO-DATE" in out.stdout and ":jvmJar UP-TO-DATE" in out.stdout
