@@ -210,13 +210,27 @@ def run_from_lake(lake: Path, *, source: str, host: str, profile: str, cores: in
 
 
 def run_from_report(report: dict, *, source: str, host: str, profile: str, cores: int, gpus: int,
-                    wall_s: float | None = None, commit: str = "") -> Run:
-    """A run from a pipeline's report.json (``timings`` and ingest's totals)."""
+                    wall_s: float | None = None, commit: str = "", report_s: float | None = None) -> Run:
+    """A run from a pipeline's report.json (``timings`` and ingest's totals). The report stage cannot time itself
+    in the file it writes: ``report_s`` (its record in the run's lake, ``report_seconds``) fills it in, else the
+    report's time counts in the run's startup."""
     totals = report["stages"]["ingest"]["counts"]["totals"]
+    seconds = {s: round(v, 2) for s, v in report["timings"].items() if s in STAGES}
+    if report_s is not None:
+        seconds.setdefault("report", round(report_s, 2))
     return Run(source=source, host=host, profile=profile, cores=cores, gpus=gpus,
                records=sum(t["records"] for t in totals.values()), customers=totals["customers"]["records"],
-               seconds={s: round(v, 2) for s, v in report["timings"].items() if s in STAGES},
-               wall_s=wall_s, commit=commit, bytes=_input_bytes(report["stages"]["ingest"]["counts"]))
+               seconds=seconds, wall_s=wall_s, commit=commit, bytes=_input_bytes(report["stages"]["ingest"]["counts"]))
+
+
+def report_seconds(report_json: Path) -> float | None:
+    """The report stage's seconds for RUN/report/report.json, from its record in the same run's lake
+    (RUN/lake/_stages/report.json), when the run kept its lake."""
+    record = report_json.parent.parent / "lake" / "_stages" / "report.json"
+    try:
+        return float(json.loads(record.read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _input_bytes(counts: dict) -> int:

@@ -152,7 +152,7 @@ def add_run(a: argparse.Namespace) -> int:
         run = cal_mod.run_from_lake(src, **kw)
     elif src.is_file():
         try:
-            run = cal_mod.run_from_report(json.loads(src.read_text()), **kw)
+            run = cal_mod.run_from_report(json.loads(src.read_text()), report_s=cal_mod.report_seconds(src), **kw)
         except (KeyError, ValueError) as e:
             raise UserError(f"{src} is not a pipeline's report.json ({e}): pass report/report.json or the lake") from None
     else:

@@ -242,3 +242,28 @@ def test_add_run_takes_a_lakes_stage_records_into_a_calibration_file(tmp_path, c
     assert run.seconds == {"ingest": 12.5, "clean": 20.25}          # generate is no stage of a run on an input
     assert run.stage_seconds()["startup"] == pytest.approx(40 - 32.75)
     assert cal.hosts["box"].memory_gib == 32 and cal.hosts["box"].gpus == 0
+
+
+def test_add_run_of_a_report_takes_the_report_stages_seconds_from_the_runs_lake(tmp_path, capsys):
+    """report.json cannot hold the time of the stage that writes it: the run's lake record beside it does."""
+    run_dir = tmp_path / "run"
+    (run_dir / "report").mkdir(parents=True)
+    ingest = {"counts": {"totals": {"customers": {"records": 2000}, "events": {"records": 18000}},
+                         "input": {"customers": {"bytes": 300000}, "events": {"bytes": 1260000}}}}
+    report = {"timings": {"generate": 4.0, "ingest": 9.5, "clean": 20.0, "features": 3.5, "train": 18.0,
+                          "score": 1.5},
+              "stages": {"ingest": ingest}}
+    (run_dir / "report" / "report.json").write_text(json.dumps(report))
+    path = tmp_path / "cal.json"
+    args = ["--add-run", str(run_dir / "report" / "report.json"), "--host", "box", "--profile", "cpu",
+            "--cores", "2", "--memory", "24", "--wall", "62", "--calibration", str(path)]
+    assert main(args) == 0                                  # no lake beside it: the report's time is startup's
+    assert "report" not in cal_mod.read(path).runs[0].seconds
+    (run_dir / "lake" / "_stages").mkdir(parents=True)
+    (run_dir / "lake" / "_stages" / "report.json").write_text(json.dumps({"stage": "report", "seconds": 5.18}))
+    assert main(args) == 0
+    run = cal_mod.read(path).runs[1]
+    assert run.seconds == {"ingest": 9.5, "clean": 20.0, "features": 3.5, "train": 18.0, "score": 1.5,
+                           "report": 5.18}
+    assert run.stage_seconds()["startup"] == pytest.approx(62 - 57.68)
+    capsys.readouterr()
