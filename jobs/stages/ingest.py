@@ -438,7 +438,8 @@ def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list],
 # Profile switch: "true" has the reader hand its records over as batches of Arrow vectors of up to
 # COLUMNAR_BATCH_ROWS rows instead of one row at a time. The RAPIDS Accelerator copies such a batch to the GPU buffer by
 # buffer, where it converts rows into columns value by value on the CPU; Spark turns the batches back into rows for a
-# CPU plan. Off by default: not measured on a GPU yet (conf/gpu-sweep-ingest-columnar.txt measures it).
+# CPU plan. Off by default: on an H200 host ingest was no faster with it and took more task time (docs/gpu.md,
+# "Settings measured"; conf/gpu-sweep-ingest-columnar.txt measures it).
 COLUMNAR_KEY = "spark.churn.ingest.columnarReader"
 COLUMNAR_BATCH_ROWS = 65536
 
