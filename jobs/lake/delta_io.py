@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import uuid
 from typing import NamedTuple
 from urllib.parse import unquote
@@ -263,14 +264,20 @@ def snapshot_files_as_parquet(spark: SparkSession, path: str, snapshot: DataFram
 # Spark checks each file a scan names (its size, whether it exists) before planning; past
 # spark.sql.sources.parallelPartitionDiscovery.threshold (32) files it does that in a Spark job of one task per file.
 # On a local file system that is one system call per file: a job costs more than the calls (four of them, of 130+
-# tasks each, in ingest's read-backs of bronze under the gpu profile). Remote stores keep the job.
+# tasks each, in ingest's read-backs of bronze under the gpu profile). Remote stores keep the job. The threshold is a
+# session-wide setting and scans run side by side (``together``): one lookup at a time, so that no thread restores
+# it under another's lookup (which then ran as a job: a 135-task job in an H200 run's ingest).
+_LOOKUP = threading.Lock()
+
+
 def parquet_files(spark: SparkSession, files: list[str], schema) -> DataFrame:
     """A Parquet scan of exactly ``files`` with ``schema``; the files are looked up on the driver, without a Spark
     job, where they are on a local file system."""
     reader = spark.read.schema(schema)
     if hadoop_fs(spark, files[0])[2].getScheme() != "file":
         return reader.parquet(*files)
-    with session_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(max(32, len(files)))}):
+    with _LOOKUP, session_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.threshold":
+                                       str(max(32, len(files)))}):
         return reader.parquet(*files)
 
 

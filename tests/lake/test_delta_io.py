@@ -418,3 +418,25 @@ def test_a_file_commit_on_a_checkpointed_table_takes_its_files_from_deltas_snaps
     assert len([a for a in delta_io.commit_actions(spark, path, 4) if "remove" in a]) == 2
     assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
                        ignore_row_order=True, ignore_nullable=True)
+
+
+def test_scans_side_by_side_look_their_files_up_without_a_spark_job(spark, tmp_path):
+    """The threshold that keeps the lookup on the driver is a session-wide setting, and stages read tables side by
+    side (``together``: ingest's quarantine and accounting both read bronze back). Each scan still looks its files up
+    without a job, whichever restores the setting first, and the session's threshold is left as it was."""
+    from jobs.lake.session import together
+
+    folders = {}
+    for name in ("a", "b"):
+        spark.range(0, 40, 1, 40).write.parquet(str(tmp_path / name))
+        folders[name] = sorted(str(f) for f in (tmp_path / name).glob("*.parquet"))
+    group = "side-by-side-listing"
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        for _ in range(12):
+            together({name: (lambda files=files: delta_io.parquet_files(spark, files, "id long"))
+                      for name, files in folders.items()})
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
+    assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32") == "32"
