@@ -121,10 +121,11 @@ def running_log(spark) -> Path | None:
 
 def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:
     """{job group: {metric: peak bytes over its Spark stages and executors}}; Spark stages whose jobs had no
-    group count under NO_GROUP. A metric an executor did not report is left out."""
+    group count under NO_GROUP. A metric an executor did not report is left out, and so is a group none of whose
+    Spark stages was sampled (``unsampled``)."""
     peaks: dict[str, dict[str, int]] = {}
     for e, group in _grouped(path):
-        if e["Event"] != "SparkListenerStageExecutorMetrics":
+        if e["Event"] != "SparkListenerStageExecutorMetrics" or unsampled(e["Executor Metrics"]):
             continue
         metrics = e["Executor Metrics"]
         mine = peaks.setdefault(group, {})
@@ -132,6 +133,13 @@ def stage_peaks(path: str | Path) -> dict[str, dict[str, int]]:
             if m in metrics:
                 mine[m] = max(mine.get(m, 0), int(metrics[m]))
     return peaks
+
+
+def unsampled(metrics: dict) -> bool:
+    """Whether an executor's record for a Spark stage holds no sample: the executor samples its metrics every
+    ``spark.executor.metrics.pollingInterval`` (and at each heartbeat), and a task that ends between two samples
+    reports zeros for all of them. A sampled JVM always has a heap; a short stage's record may be all zeros."""
+    return not metrics.get("JVMHeapMemory")
 
 
 # The RAPIDS Accelerator's time per GPU operator: each SQL plan in the log (and each re-plan of adaptive execution)

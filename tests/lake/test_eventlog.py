@@ -7,12 +7,13 @@ from jobs.lake import eventlog
 
 
 def test_stage_peaks_take_the_maximum_per_job_group(tmp_path):
-    """Hand-made event log: job 0 (group ingest) runs stages 0 and 1, job 1 (no group) stage 2; stage 1 ran on
-    two executors. Peaks are maxima over stages and executors; a metric not reported stays out; task totals are
-    sums over the group's tasks."""
+    """Hand-made event log: job 0 (group ingest) runs stages 0 and 1, job 1 (no group) stage 2, job 2 (group score)
+    stage 3, which no sample reached; stage 1 ran on two executors. Peaks are maxima over stages and executors; a
+    metric not reported stays out, and so does the unsampled group; task totals are sums over the group's tasks."""
     events = [
         {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "ingest"}},
         {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2], "Properties": {}},
+        {"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [3], "Properties": {"spark.jobGroup.id": "score"}},
         {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 0, "Executor ID": "1",
          "Executor Metrics": {"JVMHeapMemory": 100, "OnHeapExecutionMemory": 10, "MinorGCCount": 3}},
         {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 1, "Executor ID": "1",
@@ -21,6 +22,9 @@ def test_stage_peaks_take_the_maximum_per_job_group(tmp_path):
          "Executor Metrics": {"JVMHeapMemory": 200, "OnHeapExecutionMemory": 50}},
         {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 2, "Executor ID": "1",
          "Executor Metrics": {"JVMHeapMemory": 70}},
+        # stage 3's tasks ended between two samples: the executor's record is all zeros, no peak
+        {"Event": "SparkListenerStageExecutorMetrics", "Stage ID": 3, "Executor ID": "1",
+         "Executor Metrics": {"JVMHeapMemory": 0, "JVMOffHeapMemory": 0, "OnHeapExecutionMemory": 0}},
         {"Event": "SparkListenerTaskEnd", "Stage ID": 0, "Task Metrics": {
             "Executor Run Time": 1000, "JVM GC Time": 20, "Memory Bytes Spilled": 0, "Disk Bytes Spilled": 0}},
         {"Event": "SparkListenerTaskEnd", "Stage ID": 1, "Task Metrics": {
