@@ -3,8 +3,8 @@ it (under a GPU profile it also starts loading the RAPIDS native libraries on th
 for an executor with a GPU, or stops saying why none came); the one way a job changes a Spark SQL setting for a
 while (``session_conf``); the one way it reads a profile's switch or choice (``conf_flag``, ``conf_choice``); the
 one way it loads the project's own data sources (``project_source``); the one way it reaches a path's Hadoop file
-system (``hadoop_fs``, ``remove_path``); and the one way it runs independent Spark jobs side by side
-(``together``)."""
+system (``hadoop_fs``, ``remove_path``); the one way a small frame that several scans read is kept (``rescanned``);
+and the one way it runs independent Spark jobs side by side (``together``)."""
 from __future__ import annotations
 
 import contextlib
@@ -249,6 +249,28 @@ def together(work: dict[str, Callable[[], T]]) -> dict[str, T]:
     if errors:
         raise errors[0]
     return {name: f.result() for name, f in futures.items()}
+
+
+# How a small frame that several scans read (train's scored validation and test rows, score's probabilities) is kept:
+# true (the default, the cpu profile's): cached (``persist()``) and freed after, so gold is read and the model
+# applied once; false (the gpu profiles'): not kept, each scan reads gold and applies the model again. Under the
+# RAPIDS Accelerator a cache is CPU-side (its scan of one is off with adaptive execution on Spark 3.5), so building
+# it copies the rows off the GPU and every scan copies them back, where reading gold again is a GPU Parquet scan.
+CACHE_SCORES_KEY = "spark.churn.ml.cacheScores"
+
+
+@contextlib.contextmanager
+def rescanned(df: DataFrame):
+    """``df`` for the several scans inside the ``with``, as ``CACHE_SCORES_KEY`` says: cached and unpersisted at the
+    end, or the frame itself."""
+    if not conf_flag(df.sparkSession, CACHE_SCORES_KEY, True):
+        yield df
+        return
+    cached = df.cache()
+    try:
+        yield cached
+    finally:
+        cached.unpersist()
 
 
 def release(*frames: DataFrame) -> None:

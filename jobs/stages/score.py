@@ -18,6 +18,7 @@ from jobs.core.errors import UserError
 from jobs.core.params import LAKE
 from jobs.core.stage import Param, Stage, StageRecord
 from jobs.lake import contract, delta_io
+from jobs.lake.session import rescanned
 from jobs.ml import estimators, evaluate
 
 
@@ -27,15 +28,15 @@ def run(spark: SparkSession, lake: str, model: str, run_id: str | None) -> Stage
         raise UserError(f"run id {run_id!r} is empty or holds a quote: pass --run-id with a plain name")
     fitted = estimators.load_model(spark, model)
     gold, gold_version = extract(spark, lake, fitted.feature_cols)
-    probabilities = gold.select(contract.ID, fitted.probability().alias("churn_probability")).cache()
-    boundaries = evaluate.decile_boundaries(probabilities, "churn_probability")
-    predictions = probabilities.transform(lambda df: with_decile_and_run(df, boundaries, run_id))
     path = delta_io.table_path(lake, "predictions")
-    # Unpartitioned: each run's rows are files of their own, whose statistics on run_id (min = max) let a reader of
-    # one run skip the others' files and let the write be Parquet files and a commit of that slice, as every table's
-    # (the GPU writes them under gpu). A table written partitioned by run_id before keeps its layout, through Delta.
-    commit = delta_io.replace_where_counted(predictions, path, f"run_id = '{run_id}'")
-    probabilities.unpersist()
+    with rescanned(gold.select(contract.ID, fitted.probability().alias("churn_probability"))) as probabilities:
+        boundaries = evaluate.decile_boundaries(probabilities, "churn_probability")
+        predictions = probabilities.transform(lambda df: with_decile_and_run(df, boundaries, run_id))
+        # Unpartitioned: each run's rows are files of their own, whose statistics on run_id (min = max) let a reader
+        # of one run skip the others' files and let the write be Parquet files and a commit of that slice, as every
+        # table's (the GPU writes them under gpu). A table written partitioned by run_id before keeps its layout,
+        # through Delta.
+        commit = delta_io.replace_where_counted(predictions, path, f"run_id = '{run_id}'")
     rows = checked_rows(gold, commit, path, run_id)
     return StageRecord(stage=STAGE.name, read={"gold_features": gold_version}, wrote={"predictions": commit.version},
                        counts={"predictions": rows},

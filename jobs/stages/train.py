@@ -33,6 +33,7 @@ from jobs.core.errors import UserError
 from jobs.core.params import LAKE, MANIFEST, MODELS_DIR, floats
 from jobs.core.stage import Param, Stage, StageRecord
 from jobs.lake import contract, delta_io
+from jobs.lake.session import rescanned
 from jobs.ml import estimators, evaluate
 from jobs.ml.split import TRAIN_BELOW, VALIDATION_BELOW, with_split
 
@@ -193,14 +194,12 @@ def validated(grid: list[dict], fitted: list, validation: DataFrame, max_iter: i
 
 def evaluated(model, split: DataFrame) -> tuple[float, float, dict]:
     """The F1-best threshold on validation, its F1 there, and every test metric at it: the two parts' labels and
-    probabilities kept once (three columns), then ``evaluate.tuned_metrics``'s three scans of them."""
+    probabilities (three columns) kept for ``evaluate.tuned_metrics``'s three scans of them as the profile says
+    (``rescanned``: cached, or computed again from gold per scan)."""
     parts = (split.where(F.col("split").isin("validation", "test"))
-             .select("split", F.col(contract.LABEL).alias(evaluate.LABEL), model.probability().alias(evaluate.PROBABILITY))
-             .cache())
-    try:
+             .select("split", F.col(contract.LABEL).alias(evaluate.LABEL), model.probability().alias(evaluate.PROBABILITY)))
+    with rescanned(parts) as parts:
         return evaluate.tuned_metrics(parts, "split", "validation", "test")
-    finally:
-        parts.unpersist()
 
 
 def choose(candidates: list[dict]) -> dict:

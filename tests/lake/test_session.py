@@ -27,6 +27,18 @@ def test_a_profile_switch_neither_true_nor_false_names_its_key(spark):
             conf_flag(spark, "spark.churn.clean.materialise", True)
 
 
+@pytest.mark.parametrize("setting, cached", [(None, True), ("true", True), ("false", False)])
+def test_a_frame_rescanned_is_cached_for_its_scans_only_where_the_profile_says(spark, setting, cached):
+    from jobs.lake.session import CACHE_SCORES_KEY, rescanned, session_conf
+
+    df = spark.range(50).withColumn("p", F.col("id") / 50)
+    with session_conf(spark, {} if setting is None else {CACHE_SCORES_KEY: setting}):
+        with rescanned(df) as kept:
+            assert kept.is_cached is cached
+            assert [kept.count(), kept.where(F.col("p") >= 0.5).count()] == [50, 25]
+        assert not kept.is_cached   # freed as the scans end
+
+
 def test_free_shuffle_files_deletes_the_shuffle_files_of_a_finished_query(spark):
     """Spark keeps a query's shuffle files until the driver's garbage collector finds the query unreachable; after
     free_shuffle_files they go within seconds (clean's files mode relies on it at 500M records)."""

@@ -38,6 +38,19 @@ def test_rerunning_score_leaves_predictions_unchanged(spark, trained):
     assert after == before
 
 
+def test_scores_recomputed_per_scan_are_the_cached_ones(spark, trained):
+    # The gpu profiles' setting (conf/rapids.conf): the probabilities are not cached for the decile boundaries and the
+    # write but computed again from gold by each; the run's predictions are the same rows.
+    from jobs.lake.session import CACHE_SCORES_KEY, session_conf
+
+    path = delta_io.table_path(trained["lake"], "predictions")
+    before = sorted(delta_io.read(spark, path)[0].collect())
+    with session_conf(spark, {CACHE_SCORES_KEY: "false"}):
+        record = score.run(spark, trained["lake"], trained["record"].extra["model_path"], "r1")
+    assert record.counts == {"predictions": N_CUSTOMERS}
+    assert sorted(delta_io.read(spark, path)[0].collect()) == before
+
+
 def test_predictions_are_counted_from_the_commit_and_held_to_gold(spark, trained):
     assert trained["score"].counts == {"predictions": N_CUSTOMERS}
     gold, _ = delta_io.read(spark, delta_io.table_path(trained["lake"], "gold_features"))
