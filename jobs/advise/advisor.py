@@ -173,8 +173,8 @@ def factors(size: InputSize, r: Resources, cands: list[Candidate], best: Candida
                    f"fit's Python worker: ~{_gib(moved)}, ~{moved / HOST_TO_DEVICE_GBPS / 1e9:.0f} s "
                    f"at {HOST_TO_DEVICE_GBPS:g} GB/s, inside the estimates below")
         out.append(f"on the CPU under gpu: ingest's parse (ingest ~{gpu.seconds.get('ingest', 0):.0f} s estimated) "
-                   f"and score's scan of its cached scores; bronze, clean, features, every table's write and the fits "
-                   f"run on the GPU")
+                   f"alone; bronze, clean, features, train's and score's scans, every table's write and the fits run "
+                   f"on the GPU")
     if cpu and gpu:
         ratio = cpu.total_s / gpu.total_s if gpu.total_s else math.inf
         out.append(f"estimated whole run: cpu {cpu.total_s:.0f} s, gpu {gpu.total_s:.0f} s ({ratio:.2f}x)"
