@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.core.errors import UserError
-from jobs.lake.session import conf_flag, hadoop_fs, registered_executors, release, together
+from jobs.lake.session import conf_flag, hadoop_fs, registered_executors, release, session_conf, together
 
 IMPLEMENTATION_KEY = "spark.churn.ml.implementation"
 FALLBACK_KEY = "spark.rapids.ml.cpu.fallback.enabled"
@@ -32,6 +32,15 @@ FLOAT32_INPUTS_KEY = "spark.churn.ml.float32Inputs"
 PYSPARK_ML = "pyspark.ml"
 SPARK_RAPIDS_ML = "spark_rapids_ml"
 IMPLEMENTATIONS = (PYSPARK_ML, SPARK_RAPIDS_ML)
+
+# Whether spark-rapids-ml on one GPU gets its training rows as one partition of gold's file scan: it repartitions any
+# other input to one partition per GPU, a shuffle of every training row that its fit's one task then reads (1.9 of
+# that task's 13.8 s at 6M customers on an H200, docs/gpu.md). Off by default: not measured on a GPU host yet
+# (conf/gpu-sweep-fitinput.txt measures it).
+ONE_PARTITION_KEY = "spark.churn.ml.fitInputOnePartition"
+# File scans planned as one partition each: no cap on a partition's bytes, no cost per file, no minimum count.
+ONE_PARTITION_READS = {"spark.sql.files.maxPartitionBytes": str(1 << 62), "spark.sql.files.openCostInBytes": "0",
+                       "spark.sql.files.minPartitionNum": "1"}
 
 # The vector column MLlib fits on and the saved pipeline assembles; never a gold column.
 VECTOR_COL = "features"
@@ -101,8 +110,11 @@ class LogisticRegressionTrainer:
             return [FittedLogisticRegression.from_model(fitted[str(i)], self.feature_cols, self.implementation)
                     for i in range(len(maps))]
         models: list[Any] = [None] * len(grid)
-        for index, model in self.estimator.fitMultiple(prepared, self.param_maps(grid)):
-            models[index] = FittedLogisticRegression.from_model(model, self.feature_cols, self.implementation)
+        spark = prepared.sparkSession
+        one = conf_flag(spark, ONE_PARTITION_KEY, False) and self.estimator.num_workers == 1
+        with session_conf(spark, ONE_PARTITION_READS if one else {}):   # spark-rapids-ml plans its input in the fit
+            for index, model in self.estimator.fitMultiple(prepared, self.param_maps(grid)):
+                models[index] = FittedLogisticRegression.from_model(model, self.feature_cols, self.implementation)
         return models
 
 

@@ -35,6 +35,23 @@ def test_fit_grid_returns_the_models_in_the_grids_order(spark, trained):
     assert sum(abs(c) for c in strong.coefficients) < 0.5 * sum(abs(c) for c in none.coefficients)
 
 
+def test_one_partition_reads_plan_a_scan_of_many_files_as_one_partition(spark, tmp_path):
+    # What spark-rapids-ml's input looks like under spark.churn.ml.fitInputOnePartition: gold's files, filtered and
+    # narrowed as train does, in one partition, so that it has no repartition to add before its fit.
+    from jobs.lake.session import session_conf
+
+    path = str(tmp_path / "files")
+    spark.range(0, 40_000, numPartitions=12).selectExpr("id", "id % 2 AS label", "cast(id AS double) AS x") \
+        .write.parquet(path)
+    rows = lambda: spark.read.parquet(path).where(F.col("id") % 10 < 7).select("label", "x")  # noqa: E731
+    assert rows().rdd.getNumPartitions() > 1
+    with session_conf(spark, estimators.ONE_PARTITION_READS):
+        frame = rows()
+        assert frame.rdd.getNumPartitions() == 1
+        assert frame.count() == 28_000
+    assert rows().rdd.getNumPartitions() > 1   # the session's settings as they were
+
+
 def test_default_back_end_is_mllib_over_an_assembled_vector(spark):
     trainer = estimators.logistic_regression(spark, ["a", "b"], regParam=0.1, labelCol="label")
     from pyspark.ml.classification import LogisticRegression
