@@ -72,14 +72,16 @@ def task_totals(path: str | Path) -> dict[str, dict[str, int]]:
 
 
 # Work per pipeline stage (job group): what its Spark tasks did, summed over their task metrics.
-WORK_FIELDS = ("jobs", "tasks", "task_s", "gc_s", "input_rows", "input_bytes", "output_rows", "output_bytes",
+WORK_FIELDS = ("jobs", "tasks", "task_s", "cpu_s", "gc_s", "input_rows", "input_bytes", "output_rows", "output_bytes",
                "shuffle_read_bytes", "shuffle_write_bytes", "spill_bytes")
 
 
 def stage_work(path: str | Path) -> dict[str, dict[str, float]]:
-    """{job group: WORK_FIELDS}: Spark jobs and tasks, task seconds and their garbage collection, rows and bytes
-    read from files and tables (input) and written (output), shuffle bytes read (local and remote) and written,
-    and bytes spilled to disk. Tasks of a job still running when the log was read count as far as they went."""
+    """{job group: WORK_FIELDS}: Spark jobs and tasks, task seconds, the seconds the tasks' threads ran on a CPU
+    (task seconds beyond them went to waiting: for the GPU, shuffle blocks, files, or a free core), their garbage
+    collection, rows and bytes read from files and tables (input) and written (output), shuffle bytes read (local and
+    remote) and written, and bytes spilled to disk. Tasks of a job still running when the log was read count as far
+    as they went."""
     work: dict[str, dict[str, float]] = {}
     for e, group in _grouped(path):
         if e["Event"] == "SparkListenerJobStart":
@@ -90,6 +92,7 @@ def stage_work(path: str | Path) -> dict[str, dict[str, float]]:
             read, wrote = m.get("Shuffle Read Metrics") or {}, m.get("Shuffle Write Metrics") or {}
             w["tasks"] += 1
             w["task_s"] += m.get("Executor Run Time", 0) / 1000
+            w["cpu_s"] += m.get("Executor CPU Time", 0) / 1e9   # nanoseconds
             w["gc_s"] += m.get("JVM GC Time", 0) / 1000
             w["input_rows"] += (m.get("Input Metrics") or {}).get("Records Read", 0)
             w["input_bytes"] += (m.get("Input Metrics") or {}).get("Bytes Read", 0)
@@ -211,16 +214,19 @@ def gpu_operator_time(path: str | Path, top: int = 5) -> dict[str, dict]:
 def longest_stages(path: str | Path, top: int | None = 10, ops: int = 3) -> list[dict]:
     """The ``top`` (None: all) completed Spark stages by wall time (submission to completion), longest first: where
     a pipeline stage's time goes inside it. Each: "group" (the pipeline stage), "stage_id", "name" (Spark's, the
-    call site), "seconds", "tasks", "task_s" (its tasks' run time), "shuffle_write_bytes" and "gpu_operators" (its
+    call site), "seconds", "tasks", "task_s" (its tasks' run time), "cpu_s" (the part of it their threads ran on a
+    CPU), "shuffle_write_bytes" and "gpu_operators" (its
     ``ops`` largest GPU operators by op time, {name: s}; empty without GPU operators). One pass: a stage's tasks end
     before it completes."""
     task_s: Counter = Counter()
+    cpu_s: Counter = Counter()
     shuffled: Counter = Counter()
     stages = []
     for e, group, operator in _with_operators(path):
         if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
             m = e["Task Metrics"]
             task_s[e["Stage ID"]] += m.get("Executor Run Time", 0) / 1000
+            cpu_s[e["Stage ID"]] += m.get("Executor CPU Time", 0) / 1e9   # nanoseconds
             shuffled[e["Stage ID"]] += (m.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
         elif e["Event"] == "SparkListenerStageCompleted":
             info = e.get("Stage Info") or {}
@@ -230,7 +236,7 @@ def longest_stages(path: str | Path, top: int | None = 10, ops: int = 3) -> list
             stages.append({"group": group, "stage_id": sid, "name": info.get("Stage Name", ""),
                            "seconds": round((info["Completion Time"] - info["Submission Time"]) / 1000, 3),
                            "tasks": info.get("Number of Tasks", 0), "task_s": round(task_s[sid], 3),
-                           "shuffle_write_bytes": shuffled[sid],
+                           "cpu_s": round(cpu_s[sid], 3), "shuffle_write_bytes": shuffled[sid],
                            "gpu_operators": {op: round(s, 3) for op, s in
                                              _op_seconds(info, operator).most_common(ops) if s > 0}})
     return sorted(stages, key=lambda st: -st["seconds"])[:top]

@@ -44,7 +44,8 @@ def test_stage_work_sums_each_job_groups_tasks(tmp_path):
     """Hand-made log: group clean runs jobs 0 (stages 0, 1) and 1 (stage 2), group features job 2 (stage 3)."""
     def task(stage, run_ms, **metrics):
         return {"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Metrics": {
-            "Executor Run Time": run_ms, "JVM GC Time": 10, "Disk Bytes Spilled": metrics.get("spill", 0),
+            "Executor Run Time": run_ms, "Executor CPU Time": metrics.get("cpu_ns", 0), "JVM GC Time": 10,
+            "Disk Bytes Spilled": metrics.get("spill", 0),
             "Input Metrics": {"Records Read": metrics.get("rows_in", 0), "Bytes Read": metrics.get("bytes_in", 0)},
             "Output Metrics": {"Records Written": metrics.get("rows_out", 0),
                                "Bytes Written": metrics.get("bytes_out", 0)},
@@ -53,9 +54,9 @@ def test_stage_work_sums_each_job_groups_tasks(tmp_path):
             "Shuffle Write Metrics": {"Shuffle Bytes Written": metrics.get("shuffled", 0)}}}
     events = [
         {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1], "Properties": {"spark.jobGroup.id": "clean"}},
-        task(0, 2000, rows_in=100, bytes_in=5000, shuffled=700),
-        task(0, 1000, rows_in=50, bytes_in=2500, shuffled=300),
-        task(1, 500, local=600, remote=400, rows_out=140, bytes_out=900, spill=64),
+        task(0, 2000, cpu_ns=1_500_000_000, rows_in=100, bytes_in=5000, shuffled=700),
+        task(0, 1000, cpu_ns=900_000_000, rows_in=50, bytes_in=2500, shuffled=300),
+        task(1, 500, cpu_ns=100_000_000, local=600, remote=400, rows_out=140, bytes_out=900, spill=64),
         {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2], "Properties": {"spark.jobGroup.id": "clean"}},
         {"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [3], "Properties": {"spark.jobGroup.id": "features"}},
         task(3, 250, rows_in=140),
@@ -65,10 +66,10 @@ def test_stage_work_sums_each_job_groups_tasks(tmp_path):
     # The live log of a running application: its last event only partly flushed, which is left out.
     log.write_text("".join(json.dumps(e) + "\n" for e in events) + json.dumps(task(3, 999))[:40])
     assert eventlog.stage_work(log) == {
-        "clean": {"jobs": 2, "tasks": 3, "task_s": 3.5, "gc_s": 0.03, "input_rows": 150, "input_bytes": 7500,
+        "clean": {"jobs": 2, "tasks": 3, "task_s": 3.5, "cpu_s": 2.5, "gc_s": 0.03, "input_rows": 150, "input_bytes": 7500,
                   "output_rows": 140, "output_bytes": 900, "shuffle_read_bytes": 1000, "shuffle_write_bytes": 1000,
                   "spill_bytes": 64},
-        "features": {"jobs": 1, "tasks": 1, "task_s": 0.25, "gc_s": 0.01, "input_rows": 140, "input_bytes": 0,
+        "features": {"jobs": 1, "tasks": 1, "task_s": 0.25, "cpu_s": 0.0, "gc_s": 0.01, "input_rows": 140, "input_bytes": 0,
                      "output_rows": 0, "output_bytes": 0, "shuffle_read_bytes": 0, "shuffle_write_bytes": 0,
                      "spill_bytes": 0},
     }
@@ -120,10 +121,10 @@ def test_longest_stages_and_idle_time_from_a_hand_made_log(tmp_path):
     stage 1 (one task, 4000-4500 ms), the last job completing at 5000: from 1000 to 5000 ms tasks ran 1000-3000
     and 4000-4500, so 1.5 s with none. Group features: job 2, 6000-6600, stage 2's task 6100-6600 (0.1 s idle).
     Stage 3 was skipped (no submission time). A GpuProject's op time (accumulator 7) in stage 1."""
-    def task(stage, launch, finish, run_ms, shuffled=0):
+    def task(stage, launch, finish, run_ms, shuffled=0, cpu_ns=0):
         return {"Event": "SparkListenerTaskEnd", "Stage ID": stage,
                 "Task Info": {"Launch Time": launch, "Finish Time": finish},
-                "Task Metrics": {"Executor Run Time": run_ms,
+                "Task Metrics": {"Executor Run Time": run_ms, "Executor CPU Time": cpu_ns,
                                  "Shuffle Write Metrics": {"Shuffle Bytes Written": shuffled}}}
 
     def stage(sid, name, tasks, submitted=None, completed=None, accumulables=()):
@@ -136,13 +137,14 @@ def test_longest_stages_and_idle_time_from_a_hand_made_log(tmp_path):
     events = [
         {"Event": "SparkListenerJobStart", "Job ID": 0, "Submission Time": 1000, "Stage IDs": [0],
          "Properties": {"spark.jobGroup.id": "clean"}},
-        task(0, 1000, 3000, 1900, shuffled=2048), task(0, 1500, 2500, 950, shuffled=1024),
+        task(0, 1000, 3000, 1900, shuffled=2048, cpu_ns=1_200_000_000),
+        task(0, 1500, 2500, 950, shuffled=1024, cpu_ns=300_000_000),
         stage(0, "count at RowBlocks.java:51", 2, 1000, 3000),
         {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 3000},
         {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart", "sparkPlanInfo": plan},
         {"Event": "SparkListenerJobStart", "Job ID": 1, "Submission Time": 3800, "Stage IDs": [1, 3],
          "Properties": {"spark.jobGroup.id": "clean"}},
-        task(1, 4000, 4500, 480),
+        task(1, 4000, 4500, 480, cpu_ns=40_000_000),
         stage(1, "parquet at NativeMethodAccessorImpl.java:0", 1, 3900, 4600, [(7, "2500000000")]),
         stage(3, "skipped", 4),
         {"Event": "SparkListenerJobEnd", "Job ID": 1, "Completion Time": 5000},
@@ -157,10 +159,10 @@ def test_longest_stages_and_idle_time_from_a_hand_made_log(tmp_path):
     assert eventlog.idle_time(log) == {"clean": 1.5, "features": 0.1}
     assert eventlog.longest_stages(log) == [
         {"group": "clean", "stage_id": 0, "name": "count at RowBlocks.java:51", "seconds": 2.0, "tasks": 2,
-         "task_s": 2.85, "shuffle_write_bytes": 3072, "gpu_operators": {}},
+         "task_s": 2.85, "cpu_s": 1.5, "shuffle_write_bytes": 3072, "gpu_operators": {}},
         {"group": "clean", "stage_id": 1, "name": "parquet at NativeMethodAccessorImpl.java:0", "seconds": 0.7,
-         "tasks": 1, "task_s": 0.48, "shuffle_write_bytes": 0, "gpu_operators": {"GpuProject": 2.5}},
+         "tasks": 1, "task_s": 0.48, "cpu_s": 0.04, "shuffle_write_bytes": 0, "gpu_operators": {"GpuProject": 2.5}},
         {"group": "features", "stage_id": 2, "name": "parquet at NativeMethodAccessorImpl.java:0", "seconds": 0.55,
-         "tasks": 1, "task_s": 0.5, "shuffle_write_bytes": 0, "gpu_operators": {}},
+         "tasks": 1, "task_s": 0.5, "cpu_s": 0.0, "shuffle_write_bytes": 0, "gpu_operators": {}},
     ]
     assert [st["stage_id"] for st in eventlog.longest_stages(log, top=1)] == [0]

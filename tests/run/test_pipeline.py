@@ -95,19 +95,25 @@ def test_report_numbers_equal_the_delta_tables(compared):
     for stage, w in work.items():
         assert w["jobs"] > 0 and w["tasks"] > 0 and w["task_s"] > 0, (stage, w)
         assert 0 <= w["driver_jit_s"] <= w["seconds"] * os.cpu_count(), (stage, w)   # the compilers' share of it
+        # the tasks' threads on a CPU: some of their time, never more (each task's run time is whole milliseconds)
+        assert 0 < w["cpu_s"] <= w["task_s"] + 0.001 * w["tasks"], (stage, w)
     assert work["ingest"]["driver_jit_s"] > 0, "a fresh driver compiles Spark's code in its first stage"
     assert work["ingest"]["input_bytes"] >= sum(a["bytes"] for a in report["accounting"].values())
     assert work["clean"]["shuffle_write_bytes"] > 0 and work["clean"]["output_rows"] >= sum(
         report["tables"][f"silver_{ds}"]["rows"] for ds in ("customers", "events"))
     assert "## Where the time goes" in md and f"| clean | {work['clean']['seconds']:.1f} | {work['clean']['jobs']:,} |" in md
-    assert f"| {work['clean']['gc_s']:.1f} | {work['clean']['driver_jit_s']:.1f} | {work['clean']['idle_s']:.1f} |" in md
+    assert (f"| {work['clean']['task_s']:.1f} | {work['clean']['cpu_s']:.1f} | {work['clean']['gc_s']:.1f} | "
+            f"{work['clean']['driver_jit_s']:.1f} | {work['clean']['idle_s']:.1f} |") in md
     for stage, w in work.items():
         assert 0 <= w["idle_s"] < w["seconds"], (stage, w)   # the driver's own share between the stage's jobs
     longest = report["spark_stages"]
     assert 0 < len(longest) <= 10 and {st["group"] for st in longest} <= set(work), longest
     assert [st["seconds"] for st in longest] == sorted((st["seconds"] for st in longest), reverse=True)
     assert all(st["seconds"] <= work[st["group"]]["seconds"] and st["tasks"] > 0 for st in longest), longest
-    assert f"| {longest[0]['group']} | {longest[0]['stage_id']} | {longest[0]['seconds']:.1f} |" in md
+    assert all(0 < st["cpu_s"] <= st["task_s"] + 0.001 * st["tasks"] for st in longest), longest
+    top = longest[0]
+    assert (f"| {top['group']} | {top['stage_id']} | {top['seconds']:.1f} | {top['tasks']:,} | {top['task_s']:.1f} | "
+            f"{top['cpu_s']:.1f} |") in md
     page = (run / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 5  # ROC, PR, lift, coefficients, stage work inlined
     assert list((run / "eventlog").iterdir()), "Spark event log kept for the history server"
