@@ -318,10 +318,10 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
                   "CPU (the rest they waited: for the GPU, shuffle blocks, files or a free core); rows and bytes in "
                   "are what its tasks read from files, tables and kept blocks (clean's materialised frames; each "
                   "training iteration reads its cached data again), out what it wrote; shuffle and spill in MiB. "
-                  "Driver JIT is the time the driver "
-                  "JVM's compilers spent during the stage, beside its tasks (under a local master the driver runs "
-                  "every task, so it is the run's whole compilation: a fresh application pays it once, most in "
-                  "its first stages; on a cluster the executors compile too, unseen here). No task is the time "
+                  "Driver JIT is the time the driver JVM's compilers spent during the stage, beside its tasks (under "
+                  "a local master the driver runs every task, so it is the run's whole compilation: a fresh "
+                  "application pays it once, most in its first stages; on a cluster the executors compile too, "
+                  "unseen here). No task is the time "
                   "from the stage's first Spark job to its last when none of its tasks ran: the driver planning "
                   "queries, committing to Delta, collecting results.", "",
                   "| stage | seconds | jobs | tasks | task s | task CPU s | GC s | driver JIT s | no task s | rows in | "
@@ -331,10 +331,10 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
         for stage, w in f["work"].items():
             jit = "" if w.get("driver_jit_s") is None else f"{w['driver_jit_s']:.1f}"
             idle = "" if w.get("idle_s") is None else f"{w['idle_s']:.1f}"
-            cpu = "" if w.get("cpu_s") is None else f"{w['cpu_s']:.1f}"
             lines.append(f"| {stage} | {w['seconds']:.1f} | {w['jobs']:,} | {w['tasks']:,} | {w['task_s']:.1f} | "
-                         f"{cpu} | {w['gc_s']:.1f} | {jit} | {idle} | {w['input_rows']:,} | {w['output_rows']:,} | "
-                         f"{mib(w['input_bytes'])} | {mib(w['output_bytes'])} | {mib(w['shuffle_read_bytes'])} | "
+                         f"{w['cpu_s']:.1f} | {w['gc_s']:.1f} | {jit} | {idle} | {w['input_rows']:,} | "
+                         f"{w['output_rows']:,} | {mib(w['input_bytes'])} | {mib(w['output_bytes'])} | "
+                         f"{mib(w['shuffle_read_bytes'])} | "
                          f"{mib(w['shuffle_write_bytes'])} | {mib(w['spill_bytes'])} |")
         if "work" in plots:
             lines += ["", f"![Where the time goes]({plots['work']})"]
@@ -358,7 +358,8 @@ def render_markdown(f: dict, plots: dict[str, str]) -> str:
         for st in f["spark_stages"]:
             ops = ", ".join(f"{op} {s:.1f}" for op, s in st["gpu_operators"].items())
             lines.append(f"| {st['group']} | {st['stage_id']} | {st['seconds']:.1f} | {st['tasks']:,} | "
-                         f"{st['task_s']:.1f} | {st['cpu_s']:.1f} | {st['shuffle_write_bytes'] / (1 << 20):,.1f} | "
+                         f"{st['task_s']:.1f} | {st['cpu_s']:.1f} | "
+                         f"{st['shuffle_write_bytes'] / (1 << 20):,.1f} | "
                          + (f"{ops} | " if on_gpu else "") + f"{st['name'][:60]} |")
     lines += ["", "## Delta tables", "", "| table | version | rows | path |", "| --- | ---: | ---: | --- |"]
     for name, t in f["tables"].items():

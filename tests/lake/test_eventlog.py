@@ -66,12 +66,12 @@ def test_stage_work_sums_each_job_groups_tasks(tmp_path):
     # The live log of a running application: its last event only partly flushed, which is left out.
     log.write_text("".join(json.dumps(e) + "\n" for e in events) + json.dumps(task(3, 999))[:40])
     assert eventlog.stage_work(log) == {
-        "clean": {"jobs": 2, "tasks": 3, "task_s": 3.5, "cpu_s": 2.5, "gc_s": 0.03, "input_rows": 150, "input_bytes": 7500,
-                  "output_rows": 140, "output_bytes": 900, "shuffle_read_bytes": 1000, "shuffle_write_bytes": 1000,
-                  "spill_bytes": 64},
-        "features": {"jobs": 1, "tasks": 1, "task_s": 0.25, "cpu_s": 0.0, "gc_s": 0.01, "input_rows": 140, "input_bytes": 0,
-                     "output_rows": 0, "output_bytes": 0, "shuffle_read_bytes": 0, "shuffle_write_bytes": 0,
-                     "spill_bytes": 0},
+        "clean": {"jobs": 2, "tasks": 3, "task_s": 3.5, "cpu_s": 2.5, "gc_s": 0.03, "input_rows": 150,
+                  "input_bytes": 7500, "output_rows": 140, "output_bytes": 900, "shuffle_read_bytes": 1000,
+                  "shuffle_write_bytes": 1000, "spill_bytes": 64},
+        "features": {"jobs": 1, "tasks": 1, "task_s": 0.25, "cpu_s": 0.0, "gc_s": 0.01, "input_rows": 140,
+                     "input_bytes": 0, "output_rows": 0, "output_bytes": 0, "shuffle_read_bytes": 0,
+                     "shuffle_write_bytes": 0, "spill_bytes": 0},
     }
 
 
