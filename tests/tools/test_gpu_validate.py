@@ -99,6 +99,27 @@ def test_the_executors_keep_the_profiles_java_options_with_the_scripts_own_log4j
     assert java.returncode == 0, java.stderr   # a java launcher takes the file as its options
 
 
+def test_executor_jfr_adds_a_flight_recording_of_the_executors_first_seconds(tmp_path):
+    # EXECUTOR_JFR=S (a sweep line's environment): the executors record their first S seconds into the state folder,
+    # which a java launcher given the argument file does; without it, no recording.
+    state = tmp_path / "state"
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "settings"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "GPUVAL": str(state), "EXECUTOR_JFR": "30"}, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    recording = state / "jfr" / "executor.jfr"
+    options = (state / "executor-java.args").read_text().splitlines()
+    assert options[-1] == f"-XX:StartFlightRecording=duration=30s,filename={recording},settings=default"
+    recording.parent.mkdir()
+    java = subprocess.run(["java", f"@{state / 'executor-java.args'}", "-version"], capture_output=True, text=True,
+                          timeout=60)
+    assert java.returncode == 0, java.stderr
+    assert recording.stat().st_size > 0   # written as the JVM exits, before its 30 s
+    plain = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "settings"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "GPUVAL": str(state)}, cwd=ROOT)
+    assert plain.returncode == 0, plain.stderr
+    assert not [o for o in (state / "executor-java.args").read_text().splitlines() if "FlightRecording" in o]
+
+
 def test_a_sweep_line_splits_into_spark_settings_and_the_runs_environment(tmp_path):
     """``NAME KEY=VALUE...``: an upper-case KEY is an environment variable of that variant's run (e.g. which stage
     the thread dumps follow), the others are Spark settings. Here every run fails at once (no GPU stack), after
