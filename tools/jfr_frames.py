@@ -18,14 +18,19 @@ import sys
 from collections import Counter
 
 INTERPRETED = "Interpreted"
-STACK_DEPTH = 48
+# Frames kept a sample: enough to reach a task's row loop below the parse (~15 frames); the printed JSON of a minute of
+# 16 task threads is some hundreds of MB, read as it is printed.
+STACK_DEPTH = 24
 
 
 def printed(recording: str, jfr: str) -> dict:
     """The recording's execution samples as the JDK's ``jfr`` tool prints them in JSON."""
-    out = subprocess.run([jfr, "print", "--json", "--events", "jdk.ExecutionSample", "--stack-depth", str(STACK_DEPTH),
-                          recording], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    with subprocess.Popen([jfr, "print", "--json", "--events", "jdk.ExecutionSample", "--stack-depth",
+                           str(STACK_DEPTH), recording], stdout=subprocess.PIPE, text=True) as proc:
+        data = json.load(proc.stdout)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, jfr)
+    return data
 
 
 def method_name(frame: dict) -> str:
