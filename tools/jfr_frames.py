@@ -5,7 +5,7 @@ also says whether each ran interpreted, compiled or inlined, which tells a task 
 (a long loop that never reaches compiled code) from one that is merely busy (scripts/gpu-validate, EXECUTOR_JFR).
 
     python3 tools/jfr_frames.py RECORDING.jfr [--jfr PATH] [--threads 'Executor task launch worker'] > summary.json
-    python3 tools/jfr_frames.py --json PRINTED.json ...   (the output of `jfr print --json --events jdk.ExecutionSample`)
+    python3 tools/jfr_frames.py --json PRINTED.json ...   (what `jfr print --json --events jdk.ExecutionSample` printed)
 """
 from __future__ import annotations
 

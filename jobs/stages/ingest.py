@@ -320,15 +320,35 @@ def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, t
 # bronze is written as Parquet there by the file commits (delta_io.WRITE_FILES_KEY), which halves ingest's task time
 # on an H200 (docs/gpu.md). With it off, bronze is written by Delta's writer on the CPU.
 RAPIDS_SQL_KEY = "spark.churn.ingest.rapidsSql"
+# Profile setting: the size of the GPU batches ingest's rows are converted into on their way to bronze (the plugin's
+# spark.rapids.sql.batchSizeBytes, for ingest's queries only). Unset: the session's, 1 GiB by default, which holds a
+# whole input file, so a task converts its file in one call of the plugin's row loop; the tasks that start first on a
+# fresh executor run 5-10x slower a record than later ones for their whole file (docs/gpu.md, ingest).
+# conf/gpu-sweep-ingest-jfr.txt measures a smaller size; unset until measured.
+GPU_BATCH_KEY = "spark.churn.ingest.gpuBatchBytes"
 
 
 def plugin_conf(spark: SparkSession) -> dict[str, str]:
     """The RAPIDS settings ingest's queries run with: the plugin's SQL off when the profile says so, and then bronze
     written by Delta's own writer, the CPU path the plugin's was measured against (docs/gpu.md). With the plugin on,
-    the session's settings."""
+    the session's settings, with GPU_BATCH_KEY's batch size where set."""
     if not conf_flag(spark, RAPIDS_SQL_KEY, True):
         return {"spark.rapids.sql.enabled": "false", delta_io.WRITE_FILES_KEY: "false"}
-    return {}
+    size = spark.conf.get(GPU_BATCH_KEY, None)
+    return {} if size is None else {"spark.rapids.sql.batchSizeBytes": str(batch_bytes(spark, size))}
+
+
+def batch_bytes(spark: SparkSession, size: str) -> int:
+    """GPU_BATCH_KEY's value ("64m", "1g" or bytes) in bytes; anything else, or less than a MiB, stops ingest with the
+    key named."""
+    try:
+        n = int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(size.strip()))
+    except Exception:   # py4j's error: Spark's NumberFormatException for a size it cannot read
+        n = 0
+    if n < 1 << 20:
+        raise UserError(f"{GPU_BATCH_KEY}={size!r} is not a size of at least 1m: give one such as 64m or 1g in the "
+                        "profile (conf/*.conf) or with --conf, or leave it out")
+    return n
 
 
 # ---------------------------------------------------------------------------------------------------------

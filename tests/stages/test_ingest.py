@@ -369,6 +369,24 @@ def test_ingest_runs_with_the_plugins_sql_off_where_the_key_says_so(spark, tmp_p
     assert [a["add"]["path"].count("/") for a in adds if "add" in a] == [0]
 
 
+def test_ingest_takes_its_own_gpu_batch_size_where_the_key_sets_one(spark, session_conf):
+    """gpuBatchBytes sets the plugin's batch size for ingest's queries only (plugin_conf's settings wrap them); unset,
+    the session's stands; a size it cannot read, or under a MiB, stops ingest naming the key. With the plugin off the
+    size does not matter."""
+    session_conf(**{ingest.RAPIDS_SQL_KEY: "true"})
+    assert ingest.plugin_conf(spark) == {}
+    session_conf(**{ingest.GPU_BATCH_KEY: "64m"})
+    assert ingest.plugin_conf(spark) == {"spark.rapids.sql.batchSizeBytes": "67108864"}
+    session_conf(**{ingest.GPU_BATCH_KEY: " 2g "})
+    assert ingest.plugin_conf(spark) == {"spark.rapids.sql.batchSizeBytes": "2147483648"}
+    for bad in ("lots", "512k", "-5m"):
+        session_conf(**{ingest.GPU_BATCH_KEY: bad})
+        with pytest.raises(UserError, match=r"spark\.churn\.ingest\.gpuBatchBytes=.* is not a size of at least 1m"):
+            ingest.plugin_conf(spark)
+    session_conf(**{ingest.RAPIDS_SQL_KEY: "false"})
+    assert ingest.plugin_conf(spark) == {"spark.rapids.sql.enabled": "false", delta_io.WRITE_FILES_KEY: "false"}
+
+
 def test_ingest_with_the_plugin_on_writes_bronze_as_a_file_commit(spark, tmp_path, session_conf):
     """The gpu profile's ingest (plugin on, file commits): bronze committed from Parquet files in a folder of their
     own, every record in it, and the accounting exact from that commit. Three event files of 40, 57 and 74 records,
