@@ -1,8 +1,9 @@
 """Where a JVM's task threads were, and in what compiled state, from a flight recording's execution samples: per window
-of the recording, the samples' top frames and the share of them running in the interpreter; over the whole recording,
-the methods seen as interpreted frames anywhere in a sampled stack. A thread dump names the frames only; the recording
-also says whether each ran interpreted, compiled or inlined, which tells a task stuck in slow code for its whole run
-(a long loop that never reaches compiled code) from one that is merely busy (scripts/gpu-validate, EXECUTOR_JFR).
+of the recording, the samples' top frames, the share of them running in the interpreter, and each sample's innermost
+interpreted frame with its depth; the same over the whole recording. A thread dump names the frames only; the
+recording also says whether each ran interpreted, compiled or inlined, which tells a task stuck in slow code for its
+whole run (a row loop that never reaches compiled code) from one that is merely busy (scripts/gpu-validate,
+EXECUTOR_JFR).
 
     python3 tools/jfr_frames.py RECORDING.jfr [--jfr PATH] [--threads 'Executor task launch worker'] > summary.json
     python3 tools/jfr_frames.py --json PRINTED.json ...   (what `jfr print --json --events jdk.ExecutionSample` printed)
@@ -13,6 +14,7 @@ import argparse
 import datetime as dt
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -46,6 +48,21 @@ def at(event: dict) -> float:
     return stamp + float(f"0.{fraction or '0'}")
 
 
+def innermost_interpreted(frames: list[dict]) -> tuple[str, int] | None:
+    """The sampled stack's innermost interpreted frame and its depth (0: the top frame), or None. A frame called once
+    a task (its outer methods) stays interpreted harmlessly deep in every stack; a task's row loop left interpreted
+    shows up a few frames from the top, in most of that task's samples."""
+    for depth, f in enumerate(frames):
+        if f["type"] == INTERPRETED:
+            return method_name(f), depth
+    return None
+
+
+def ranked(found: Counter, depths: dict[str, list[int]], n: int) -> list:
+    """[method, samples, median depth] of the ``n`` methods found most often."""
+    return [[m, k, statistics.median(depths[m])] for m, k in found.most_common(n)]
+
+
 def summary(data: dict, threads: str, window_s: float, top: int) -> dict:
     samples = []
     for event in data["recording"]["events"]:
@@ -56,31 +73,34 @@ def summary(data: dict, threads: str, window_s: float, top: int) -> dict:
         if frames:
             samples.append((at(event), frames))
     if not samples:
-        return {"threads": threads, "samples": 0, "windows": [], "top_frames": [], "interpreted_methods": []}
+        return {"threads": threads, "samples": 0, "windows": [], "top_frames": [], "innermost_interpreted": []}
     start = min(t for t, _ in samples)
     windows: dict[int, dict] = {}
     tops: Counter = Counter()
-    interpreted: Counter = Counter()
+    inner: Counter = Counter()
+    depths: dict[str, list[int]] = {}
     for t, frames in samples:
-        w = windows.setdefault(int((t - start) // window_s), {"samples": 0, "top_interpreted": 0,
-                                                               "any_interpreted": 0, "top": Counter()})
+        w = windows.setdefault(int((t - start) // window_s), {"samples": 0, "top_interpreted": 0, "top": Counter(),
+                                                               "inner": Counter(), "depths": {}})
         head = (method_name(frames[0]), frames[0]["type"])
         w["samples"] += 1
         w["top"][head] += 1
-        tops[head] += 1
         w["top_interpreted"] += head[1] == INTERPRETED
-        slow = {method_name(f) for f in frames if f["type"] == INTERPRETED}
-        w["any_interpreted"] += bool(slow)
-        interpreted.update(slow)
+        tops[head] += 1
+        found = innermost_interpreted(frames)
+        if found:
+            for counter, where in ((w["inner"], w["depths"]), (inner, depths)):
+                counter[found[0]] += 1
+                where.setdefault(found[0], []).append(found[1])
     return {
         "threads": threads, "samples": len(samples), "window_s": window_s,
         "windows": [{"from_s": round(k * window_s, 3), "samples": w["samples"],
                      "top_interpreted": round(w["top_interpreted"] / w["samples"], 3),
-                     "any_interpreted": round(w["any_interpreted"] / w["samples"], 3),
-                     "top": [[m, kind, n] for (m, kind), n in w["top"].most_common(5)]}
+                     "top": [[m, kind, n] for (m, kind), n in w["top"].most_common(5)],
+                     "innermost_interpreted": ranked(w["inner"], w["depths"], 3)}
                     for k, w in sorted(windows.items())],
         "top_frames": [[m, kind, n] for (m, kind), n in tops.most_common(top)],
-        "interpreted_methods": [[m, n] for m, n in interpreted.most_common(top)],
+        "innermost_interpreted": ranked(inner, depths, top),
     }
 
 

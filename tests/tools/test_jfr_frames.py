@@ -33,23 +33,24 @@ PRINTED = {"recording": {"events": [
 ]}}
 
 
-def test_samples_are_windowed_from_the_first_task_sample_with_their_top_frames_and_interpreted_share():
+def test_samples_are_windowed_from_the_first_task_sample_with_their_top_and_innermost_interpreted_frames():
     got = jfr_frames.summary(PRINTED, "Executor task launch worker", 2.0, 10)
     assert got["samples"] == 3
     first, second = got["windows"]
-    assert first == {"from_s": 0.0, "samples": 2, "top_interpreted": 0.5, "any_interpreted": 1.0,
+    # The loop is the innermost interpreted frame of both early samples: one frame under the parse, then on top.
+    assert first == {"from_s": 0.0, "samples": 2, "top_interpreted": 0.5,
                      "top": [["churn.ingest.RecordParser.next", "JIT compiled", 1],
-                             ["com.nvidia.spark.rapids.RowToColumnarIterator.buildBatch", "Interpreted", 1]]}
-    assert second == {"from_s": 2.0, "samples": 1, "top_interpreted": 0.0, "any_interpreted": 0.0,
-                      "top": [["churn.ingest.RecordParser.next", "JIT compiled", 1]]}
+                             ["com.nvidia.spark.rapids.RowToColumnarIterator.buildBatch", "Interpreted", 1]],
+                     "innermost_interpreted": [["com.nvidia.spark.rapids.RowToColumnarIterator.buildBatch", 2, 0.5]]}
+    assert second == {"from_s": 2.0, "samples": 1, "top_interpreted": 0.0,
+                      "top": [["churn.ingest.RecordParser.next", "JIT compiled", 1]], "innermost_interpreted": []}
     assert got["top_frames"][0] == ["churn.ingest.RecordParser.next", "JIT compiled", 2]
-    assert got["interpreted_methods"] == [["com.nvidia.spark.rapids.RowToColumnarIterator.buildBatch", 2],
-                                          ["java.lang.Thread.run", 1]]
+    assert got["innermost_interpreted"] == [["com.nvidia.spark.rapids.RowToColumnarIterator.buildBatch", 2, 0.5]]
 
 
 def test_no_matching_thread_gives_an_empty_summary():
     got = jfr_frames.summary(PRINTED, "nobody", 2.0, 10)
-    assert got["samples"] == 0 and got["windows"] == [] and got["interpreted_methods"] == []
+    assert got["samples"] == 0 and got["windows"] == [] and got["innermost_interpreted"] == []
 
 
 def test_a_live_jvms_recording_is_read_with_the_jdks_jfr_tool(tmp_path):
@@ -67,4 +68,5 @@ def test_a_live_jvms_recording_is_read_with_the_jdks_jfr_tool(tmp_path):
     summary = json.loads(got.stdout)
     assert summary["samples"] > 10
     assert "Spin.main" in {method for method, _, _ in summary["top_frames"]}
-    assert all(0.0 <= w["top_interpreted"] <= w["any_interpreted"] <= 1.0 for w in summary["windows"])
+    assert all(0.0 <= w["top_interpreted"] <= 1.0 for w in summary["windows"])
+    assert all(isinstance(m, str) and n > 0 and depth >= 0 for m, n, depth in summary["innermost_interpreted"])
