@@ -108,7 +108,8 @@ def test_executor_jfr_adds_a_flight_recording_of_the_executors_first_seconds(tmp
     assert out.returncode == 0, out.stderr
     recording = state / "jfr" / "executor.jfr"
     options = (state / "executor-java.args").read_text().splitlines()
-    assert options[-1] == f"-XX:StartFlightRecording=duration=30s,filename={recording},settings=default"
+    assert options[-2:] == [f"-XX:StartFlightRecording=duration=30s,filename={recording},settings=default",
+                            "-XX:+PrintCompilation"]
     recording.parent.mkdir()
     java = subprocess.run(["java", f"@{state / 'executor-java.args'}", "-version"], capture_output=True, text=True,
                           timeout=60)
@@ -117,7 +118,8 @@ def test_executor_jfr_adds_a_flight_recording_of_the_executors_first_seconds(tmp
     plain = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "settings"], capture_output=True, text=True,
                            timeout=60, env={**os.environ, "GPUVAL": str(state)}, cwd=ROOT)
     assert plain.returncode == 0, plain.stderr
-    assert not [o for o in (state / "executor-java.args").read_text().splitlines() if "FlightRecording" in o]
+    assert not [o for o in (state / "executor-java.args").read_text().splitlines()
+                if "FlightRecording" in o or "PrintCompilation" in o]
 
 
 def test_a_sweep_line_splits_into_spark_settings_and_the_runs_environment(tmp_path):
