@@ -342,7 +342,7 @@ def batch_bytes(spark: SparkSession, size: str) -> int:
     """GPU_BATCH_KEY's value ("64m", "1g" or bytes) in bytes; anything else, or less than a MiB, stops ingest with the
     key named."""
     try:
-        n = int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(size.strip()))
+        n = jvm_bytes(spark, size.strip())
     except Exception:   # py4j's error: Spark's NumberFormatException for a size it cannot read
         n = 0
     if n < 1 << 20:
@@ -383,10 +383,14 @@ class Layout(NamedTuple):
     lines: dict[InputFile, tuple[int, int]]
 
 
+def jvm_bytes(spark: SparkSession, size: str) -> int:
+    """A size as Spark's settings write it ("128m", "1g", bytes) in bytes, read by Spark's own rules."""
+    return int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(size))
+
+
 def chunk_bytes(spark: SparkSession, total: int) -> int:
     cores = spark.sparkContext.defaultParallelism
-    most = int(spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(
-        spark.conf.get("spark.sql.files.maxPartitionBytes", "128m")))
+    most = jvm_bytes(spark, spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     return max(MIN_CHUNK_BYTES, min(most, -(-total // (cores * CHUNKS_PER_CORE))))
 
 
