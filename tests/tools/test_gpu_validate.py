@@ -1,6 +1,7 @@
 """scripts/gpu-validate takes its arguments as values, never as code."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -163,3 +164,32 @@ def test_a_sweeps_thread_dumps_wait_for_their_own_runs_stage_and_end_with_it(tmp
     while left := processes_with_env("GPUVAL", str(state)):
         assert time.monotonic() < deadline, left
         time.sleep(1)
+
+
+def test_a_sweeps_runs_keep_their_executors_start_and_the_whole_logs_pinned_pool_refusals(tmp_path):
+    """Each variant keeps its executor's start log (the first 300 lines) and, in executor-start-gpu-NAME.json (which
+    sweep.json takes in for a run that reports), its start and pool figures, with the refusals counted over the whole
+    log: here 350, past the 300 lines kept. The run fails at once (no GPU stack); the worker's folder is written here
+    as a worker writes it."""
+    state = tmp_path / "state"
+    (state / "data").mkdir(parents=True)
+    (state / "data" / "manifest.json").write_text("{}")
+    app = state / "work" / "0" / "app-20261207052405-0010" / "0"
+    app.mkdir(parents=True)
+    refusal = "[  9720][05:24:13:629003][error ] [A][Stream 0][Upstream 33578752B][FAILURE maximum pool size exceeded]"
+    (app / "stderr").write_text("\n".join([
+        "05:24:06.760 INFO CoarseGrainedExecutorBackend: Started daemon with process name: 9497@vm",
+        "05:24:09.282 INFO GpuDeviceManager: Initializing pinned memory pool (4096.0 MiB)",
+        "05:24:11.121 INFO GpuDeviceManager: Initializing RMM ASYNC pool size = 63902.5 MB on gpuId 0",
+        "05:24:11.311 INFO CoarseGrainedExecutorBackend: Got assigned task 0",
+        *[refusal] * 350]) + "\n")
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text("only\n")
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "sweep", str(sweep)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "GPUVAL": str(state)}, cwd=ROOT)
+    results = state / "results"
+    kept = (results / "executor-start-gpu-only.log").read_text().splitlines()
+    assert kept[-1] == "== pinned pool refusals in the whole log: 350", out.stdout + out.stderr
+    assert sum("FAILURE" in line for line in kept) == 296      # 300 lines kept, 4 of them before the refusals
+    assert json.loads((results / "executor-start-gpu-only.json").read_text()) == \
+        {"first_task_s": 4.551, "pinned_init_s": 1.839, "pinned_refusals": 350}
