@@ -26,7 +26,7 @@ from pathlib import Path
 from jobs.advise.layout import machine_memory_gib
 from jobs.core.errors import UserError
 from jobs.lake import lock
-from jobs.launch import classes, jars, profiles, settings
+from jobs.launch import classes, jars, jit, profiles, settings
 from jobs.run import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,6 +200,7 @@ def spark_submit_command(profile: str, master: str, job: str, job_args: list[str
         if on_class_path:   # not in --jars too: each executor would fetch its 600 MB from the driver as it starts
             jar_paths = [p for p in jar_paths if p.name != jars.RAPIDS_JAR]
         props.update(natives_classpath(props, jars.natives_jar(), jars.JARS_DIR / jars.RAPIDS_JAR))
+    props = jit.for_driver(props, master)
     env = dict(os.environ)
     archive = classes.for_driver(props, env, spark_home(), jar_paths, write=job == "pipeline")
     props = classes.with_options(props, archive)

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from jobs.launch import classes, profiles, submit
+from jobs.launch import classes, jit, profiles, submit
 
 
 def spark_java(archive: classes.Archive | None, *extra: str) -> subprocess.CompletedProcess:
@@ -70,7 +70,8 @@ def driver_options(tmp_path, job: str, *conf: str) -> str:
 def test_scripts_pipeline_writes_the_archive_and_every_job_maps_it_after_the_profiles_own_options(tmp_path,
                                                                                                    monkeypatch):
     monkeypatch.setattr(classes, "ARCHIVE_DIR", tmp_path / "archive")
-    own = profiles.load_profile("cpu")[classes.DRIVER_OPTIONS]
+    # the profile's options, then (local[2]: two task slots) the compiler directive for generated code
+    own = profiles.load_profile("cpu")[classes.DRIVER_OPTIONS] + " " + jit.OPTIONS
     assert "-XX:ArchiveClassesAtExit=" not in driver_options(tmp_path, "tools/smoke.py")   # none yet: no job writes
     writing = driver_options(tmp_path, "pipeline")
     assert writing.startswith(own + " -XX:ArchiveClassesAtExit=" + str(tmp_path / "archive" / "driver-"))
