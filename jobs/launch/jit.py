@@ -37,7 +37,7 @@ def local_slots(master: str) -> int | None:
     m = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master)
     if not m:
         return None
-    return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
 
 
 def for_driver(props: dict[str, str], master: str) -> dict[str, str]:
