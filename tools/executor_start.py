@@ -38,7 +38,9 @@ def summary(text: str) -> dict:
         return next((i for i, (_, line) in enumerate(stamped) if what in line), None)
 
     def between(i: int | None, j: int | None) -> float | None:
-        return None if i is None or j is None or j >= len(stamped) else round((stamped[j][0] - stamped[i][0]) % 86400, 3)
+        if i is None or j is None or j >= len(stamped):
+            return None
+        return round((stamped[j][0] - stamped[i][0]) % 86400, 3)      # a start across midnight too
 
     jvm, task, pinned = first("Started daemon"), first("Got assigned task"), first("Initializing pinned memory pool")
     return {
