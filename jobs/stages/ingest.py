@@ -321,10 +321,9 @@ def file_states(spark: SparkSession, files: dict[str, list[str]]) -> dict[str, t
 # on an H200 (docs/gpu.md). With it off, bronze is written by Delta's writer on the CPU.
 RAPIDS_SQL_KEY = "spark.churn.ingest.rapidsSql"
 # Profile setting: the size of the GPU batches ingest's rows are converted into on their way to bronze (the plugin's
-# spark.rapids.sql.batchSizeBytes, for ingest's queries only). Unset: the session's, 1 GiB by default, which holds a
-# whole input file, so a task converts its file in one call of the plugin's row loop; the tasks that start first on a
-# fresh executor run 5-10x slower a record than later ones for their whole file (docs/gpu.md, ingest).
-# conf/gpu-sweep-ingest-jfr.txt measures a smaller size; unset until measured.
+# spark.rapids.sql.batchSizeBytes, for ingest's queries only; the gpu profile sets 64m). Unset: the session's, 1 GiB
+# by default, which holds a whole input file: the pinned pool then refused host buffers from ingest's first tasks on,
+# and in some runs those tasks ran 3-4x slower a record (docs/gpu.md, ingest; conf/gpu-sweep-ingest-jfr.txt).
 GPU_BATCH_KEY = "spark.churn.ingest.gpuBatchBytes"
 
 
