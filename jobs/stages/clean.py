@@ -32,6 +32,7 @@ from jobs.lake.contract import (AGE_AT_SIGNUP_RANGE, AMOUNT_RANGE, CASCADE_REASO
                                 EVENT_CATEGORICALS, EVENT_COLUMNS, MALFORMED, MONTHLY_CHARGES_RANGE,
                                 QUARANTINE_COLUMNS, REQUIRED, SPELLINGS, TIMESTAMP_FORMAT)
 from jobs.lake.session import conf_choice, free_shuffle_files, release, remove_path, session_conf, together
+from jobs.lake.sqltext import expr, ident, literal, require_escapes
 
 # How the two classified frames are kept for their readers (``materialised``): true (the default, the cpu profile's:
 # the checks are the costly part on a CPU, and run once), false (each reader classifies again: a shuffle of the
@@ -74,7 +75,8 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     bronze_c, bronze_e = well_formed(bronze_c), well_formed(bronze_e)   # the malformed are ingest's quarantine's
     ingest_q, record.read["quarantine"] = delta_io.read_table(spark, lake, "quarantine")
 
-    materialise_mode(spark), lookup_mode(spark)   # a wrong setting stops here, before anything is written
+    # a wrong setting stops here, before anything is written
+    materialise_mode(spark), lookup_mode(spark), require_escapes(spark)
     scratch = os.path.join(lake, SCRATCH)
     remove_path(spark, scratch)   # a killed run's leftovers
     try:
@@ -189,15 +191,19 @@ def lookup_mode(spark: SparkSession) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Column helpers
+# Expression helpers: SQL text (jobs/lake/sqltext.py), one call to the JVM per expression
 # ---------------------------------------------------------------------------------------------------------
-def is_blank(c: Column) -> Column:
-    return c.isNull() | (F.trim(c) == "")
+WHITE_SPACE_RUN = literal(r"\s+")
+REPLACEMENT_CHARACTER = literal("\ufffd")   # what ingest decodes a byte that is not UTF-8 into
 
 
-def category_key(c: Column) -> Column:
+def is_blank(c: str) -> str:
+    return f"({c} IS NULL OR trim({c}) = '')"
+
+
+def category_key(c: str) -> str:
     """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space."""
-    return F.trim(F.regexp_replace(F.lower(c), r"\s+", " "))
+    return f"trim(regexp_replace(lower({c}), {WHITE_SPACE_RUN}, ' '))"
 
 
 def category_lookup(column: str) -> dict[str, str]:
@@ -207,33 +213,36 @@ def category_lookup(column: str) -> dict[str, str]:
     return lookup
 
 
-def canonical_category(column: str) -> Column:
+def canonical_category(column: str) -> str:
     """Canonical value of a categorical column, null if blank or unknown: the ``lazy`` lookup (see LOOKUP_KEY), a
     literal map. Most values are spelled canonically but for case, so they are looked up lower-cased first; only a
     miss pays for the regular expression of ``category_key`` (the key of a value that needs none is the same)."""
-    table = F.create_map(*[F.lit(x) for kv in sorted(category_lookup(column).items()) for x in kv])
-    return F.coalesce(table[F.lower(F.col(column))], table[category_key(F.col(column))])
+    table = "map(" + ", ".join(literal(x) for kv in sorted(category_lookup(column).items()) for x in kv) + ")"
+    c = ident(column)
+    return f"coalesce({table}[lower({c})], {table}[{category_key(c)}])"
 
 
-def keyed_category(column: str, key: Column) -> Column:
+def keyed_category(column: str, key: str) -> str:
     """The same value as ``canonical_category`` from the column's ``category_key`` (``key``, a column computed
     once): the ``keyed`` lookup, one CASE with a branch per canonical value, its spellings in an IN list."""
     spellings: dict[str, list[str]] = {}
     for spelling, value in sorted(category_lookup(column).items()):
         spellings.setdefault(value, []).append(spelling)
-    branches = [(value, key.isin(*keys)) for value, keys in sorted(spellings.items())]
-    return reduce(lambda case, vb: case.when(vb[1], F.lit(vb[0])),
-                  branches[1:], F.when(branches[0][1], F.lit(branches[0][0])))
+    return "CASE " + " ".join(f"WHEN {key} IN ({', '.join(literal(k) for k in keys)}) THEN {literal(value)}"
+                              for value, keys in sorted(spellings.items())) + " END"
 
 
-def parsed_number(column: str) -> Column:
-    c = F.trim(F.col(column))
-    return F.when(c.rlike(NUMBER_PATTERN), c.cast("double"))
+def parsed_number(column: str) -> str:
+    c = f"trim({ident(column)})"
+    return f"CASE WHEN {c} RLIKE {literal(NUMBER_PATTERN)} THEN CAST({c} AS DOUBLE) END"
 
 
-def parsed_date(column: str, fmt: str) -> Column:
-    c = F.trim(F.col(column))
-    return F.to_timestamp(c, fmt) if "HH" in fmt else F.to_date(c, fmt)
+def parsed_date(column: str, fmt: str) -> str:
+    return f"{'to_timestamp' if 'HH' in fmt else 'to_date'}(trim({ident(column)}), {literal(fmt)})"
+
+
+def within(c: str, lo: float | int, hi: float | int) -> str:
+    return f"({c} >= {literal(lo)} AND {c} <= {literal(hi)})"
 
 
 CUSTOMER_KEY = "_cid"
@@ -269,41 +278,42 @@ def with_checks(dataset: str, as_of: str, lookups: str = "lazy"):
         typed.update({c: parsed_date(c, fmt) for c, fmt in DATES[dataset].items()})
         keys = {c: f"_k_{c}" for c in CATEGORIES_OF[dataset]}
         if lookups == "keyed":   # a select of its own: each key is computed once, the CASE reads it per branch
-            df = df.select("*", *[category_key(F.col(c)).alias(k) for c, k in keys.items()])
-            typed.update({c: keyed_category(c, F.col(k)) for c, k in keys.items()})
+            df = df.selectExpr("*", *[f"{category_key(ident(c))} AS {ident(k)}" for c, k in keys.items()])
+            typed.update({c: keyed_category(c, ident(k)) for c, k in keys.items()})
         else:
             typed.update({c: canonical_category(c) for c in CATEGORIES_OF[dataset]})
-        df = df.select("*", *[expr.alias(f"t_{c}") for c, expr in typed.items()]).drop(*keys.values())
-        t = lambda c: F.col(f"t_{c}")  # noqa: E731
+        df = df.selectExpr("*", *[f"{e} AS {ident(f't_{c}')}" for c, e in typed.items()]).drop(*keys.values())
+        t = lambda c: ident(f"t_{c}")  # noqa: E731
+        unparsed = lambda c: f"(NOT {is_blank(ident(c))} AND {t(c)} IS NULL)"  # noqa: E731   # given, but no value
         checks = {
-            "invalid_utf8": {c: F.col(c).contains("\ufffd") for c in columns},
-            "missing_required": {c: is_blank(F.col(c)) for c in REQUIRED[dataset]},
-            "bad_number": {c: ~is_blank(F.col(c)) & t(c).isNull() for c in NUMBERS[dataset]},
-            "bad_date": {c: ~is_blank(F.col(c)) & t(c).isNull() for c in DATES[dataset]},
-            "unknown_category": {c: ~is_blank(F.col(c)) & t(c).isNull() for c in CATEGORIES_OF[dataset]},
-            "out_of_range": {c: ~t(c).between(lo, hi) for c, (lo, hi) in NUMBERS[dataset].items()},
+            "invalid_utf8": {c: f"contains({ident(c)}, {REPLACEMENT_CHARACTER})" for c in columns},
+            "missing_required": {c: is_blank(ident(c)) for c in REQUIRED[dataset]},
+            "bad_number": {c: unparsed(c) for c in NUMBERS[dataset]},
+            "bad_date": {c: unparsed(c) for c in DATES[dataset]},
+            "unknown_category": {c: unparsed(c) for c in CATEGORIES_OF[dataset]},
+            "out_of_range": {c: f"NOT {within(t(c), lo, hi)}" for c, (lo, hi) in NUMBERS[dataset].items()},
             "impossible_date": impossible_dates(dataset, as_of),
         }
-        failed = F.coalesce(*[F.when(cond, F.lit(f"{name}:{c}"))
-                              for name in CLEAN_CHECK_ORDER for c, cond in checks[name].items()])
-        return (df.withColumn("_failed", failed)
+        failed = "coalesce(" + ", ".join(f"CASE WHEN {cond} THEN {literal(f'{name}:{c}')} END"
+                                         for name in CLEAN_CHECK_ORDER for c, cond in checks[name].items()) + ")"
+        return (df.withColumn("_failed", expr(failed))
                 .withColumn("reason", F.substring_index("_failed", ":", 1))
                 .withColumn("detail", F.substring_index("_failed", ":", -1))
                 .drop("_failed"))
     return transform
 
 
-def impossible_dates(dataset: str, as_of: str) -> dict[str, Column]:
+def impossible_dates(dataset: str, as_of: str) -> dict[str, str]:
     """Dates that parse but cannot be true: after the as-of date, before EARLIEST_DATE, or (customers) an age
     at signup outside AGE_AT_SIGNUP_RANGE (whole years)."""
-    as_of_d, earliest = F.lit(as_of).cast("date"), F.lit(EARLIEST_DATE).cast("date")
+    as_of_d, earliest = f"CAST({literal(as_of)} AS DATE)", f"CAST({literal(EARLIEST_DATE)} AS DATE)"
     if dataset == "events":
-        day = F.to_date(F.col("t_event_ts"))
-        return {"event_ts": (day > as_of_d) | (day < earliest)}
-    signup = F.col("t_signup_date")
-    age = F.floor(F.months_between(signup, F.col("t_birth_date")) / 12)
-    lo, hi = AGE_AT_SIGNUP_RANGE
-    return {"signup_date": (signup > as_of_d) | (signup < earliest), "birth_date": ~age.between(lo, hi)}
+        day = f"to_date({ident('t_event_ts')})"
+        return {"event_ts": f"({day} > {as_of_d} OR {day} < {earliest})"}
+    signup = ident("t_signup_date")
+    age = f"floor(months_between({signup}, {ident('t_birth_date')}) / 12)"
+    return {"signup_date": f"({signup} > {as_of_d} OR {signup} < {earliest})",
+            "birth_date": f"NOT {within(age, *AGE_AT_SIGNUP_RANGE)}"}
 
 
 CUSTOMER_HASH = "_chash"
@@ -432,10 +442,10 @@ def outcome(dataset: str):
     typed = set(NUMBERS[dataset]) | set(DATES[dataset]) | set(CATEGORIES_OF[dataset])
 
     def transform(df: DataFrame) -> DataFrame:
-        out = [F.col(f"t_{c}").alias(c) if c in typed else F.trim(F.col(c)).alias(c) if c.endswith("_id")
-               else F.col(c) for c in columns]
-        raw = F.when(F.col("reason").isNotNull(), F.struct(*columns))
-        return df.select(*out, *LINEAGE, "_fate", "reason", "detail", raw.alias(RAW))
+        out = [f"{ident(f't_{c}')} AS {ident(c)}" if c in typed else f"trim({ident(c)}) AS {ident(c)}"
+               if c.endswith("_id") else ident(c) for c in columns]
+        raw = f"CASE WHEN reason IS NOT NULL THEN struct({', '.join(map(ident, columns))}) END AS {ident(RAW)}"
+        return df.selectExpr(*out, *map(ident, LINEAGE), "_fate", "reason", "detail", raw)
     return transform
 
 
@@ -453,9 +463,15 @@ def silver_rows(dataset: str):
 _SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 _CONTROL = "".join(chr(i) for i in range(32))
 _ESCAPED = "\\\"" + _CONTROL
+_BACKSLASH, _BACKSLASH_ESCAPED = literal("\\"), literal("\\\\")
+_QUOTE, _QUOTE_ESCAPED = literal('"'), literal('\\"')
+_NUL_ESCAPED = literal("\\u0000")
+# U+0001-U+000F and U+0010-U+001F: the escape's first five characters put before the character
+_CONTROL_ESCAPES = ((literal(r"([\x01-\x0F])"), literal(r"\\u000$1")),
+                    (literal(r"([\x10-\x1F])"), literal(r"\\u001$1")))
 
 
-def json_string(c: Column) -> Column:
+def json_string(c: str) -> str:
     """``c`` as a JSON string literal, quotes included (null stays null). Built from replace, regexp_replace and
     translate, which the RAPIDS Accelerator runs on the GPU (its to_json is off by default), in eleven steps
     whatever the characters: backslash and quote escaped, then the five short forms; NUL replaced by its escape;
@@ -463,24 +479,25 @@ def json_string(c: Column) -> Column:
     expressions: U+0001-U+000F, U+0010-U+001F) and is itself translated into its last hex digit. The GPU runs
     every step over every row it is given (one step per character would be 34); on the CPU the steps run only for
     a value that holds a character to escape (rare)."""
-    escaped = F.replace(F.replace(c, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"'))
+    escaped = f"replace(replace({c}, {_BACKSLASH}, {_BACKSLASH_ESCAPED}), {_QUOTE}, {_QUOTE_ESCAPED})"
     for ch, short in _SHORT_ESCAPES.items():
-        escaped = F.replace(escaped, F.lit(ch), F.lit(short))
-    escaped = F.replace(escaped, F.lit("\u0000"), F.lit("\\u0000"))
-    escaped = F.regexp_replace(escaped, r"([\x01-\x0F])", r"\\u000$1")
-    escaped = F.regexp_replace(escaped, r"([\x10-\x1F])", r"\\u001$1")
-    escaped = F.translate(escaped, _CONTROL, "0123456789ABCDEF" * 2)
-    needs = F.length(F.translate(c, _ESCAPED, "")) < F.length(c)
-    return F.concat(F.lit('"'), F.when(needs, escaped).otherwise(c), F.lit('"'))
+        escaped = f"replace({escaped}, {literal(ch)}, {literal(short)})"
+    escaped = f"replace({escaped}, {literal(chr(0))}, {_NUL_ESCAPED})"
+    for pattern, prefix in _CONTROL_ESCAPES:
+        escaped = f"regexp_replace({escaped}, {pattern}, {prefix})"
+    escaped = f"translate({escaped}, {literal(_CONTROL)}, {literal('0123456789ABCDEF' * 2)})"
+    needs = f"length(translate({c}, {literal(_ESCAPED)}, '')) < length({c})"
+    return f"concat({_QUOTE}, CASE WHEN {needs} THEN {escaped} ELSE {c} END, {_QUOTE})"
 
 
 def json_object(columns: tuple[str, ...], struct: str | None = None) -> Column:
     """The string columns (fields of the struct column ``struct``, if given) as one JSON object, nulls as null:
     byte for byte what ``to_json(struct(*columns), {"ignoreNullFields": "false"})`` writes (tests/stages/test_clean.py
     holds them equal)."""
-    field = (lambda c: F.col(struct).getField(c)) if struct else F.col   # noqa: E731
-    fields = [F.concat(F.lit(f'"{c}":'), F.coalesce(json_string(field(c)), F.lit("null"))) for c in columns]
-    return F.concat(F.lit("{"), F.concat_ws(",", *fields), F.lit("}"))
+    field = (lambda c: f"{ident(struct)}.{ident(c)}") if struct else ident   # noqa: E731
+    key = lambda c: literal(f'"{c}":')   # noqa: E731
+    fields = [f"concat({key(c)}, coalesce({json_string(field(c))}, 'null'))" for c in columns]
+    return expr(f"concat('{{', concat_ws(',', {', '.join(fields)}), '}}')")
 
 
 def quarantine_rows(dataset: str):
