@@ -19,6 +19,7 @@ from jobs.core.stage import REQUIRED, Stage, StageRecord
 from jobs.lake import delta_io
 from jobs.lake.contract import FEATURES, ID, LABEL, LABEL_WINDOW_DAYS, ONE_HOT, YES_NO_FEATURES, one_hot_name
 from jobs.lake.session import conf_flag
+from jobs.lake.sqltext import expr, ident, literal
 
 TENURE_CAP_MONTHS = 72
 SENIOR_AGE = 65
@@ -96,63 +97,55 @@ def cutoff_of(as_of: str) -> dt.datetime:
     return last_instant - dt.timedelta(days=LABEL_WINDOW_DAYS)
 
 
-def cutoff_date(cutoff: dt.datetime) -> Column:
-    return F.lit(cutoff.date().isoformat()).cast("date")
+def cutoff_date(cutoff: dt.datetime) -> str:
+    return f"CAST({literal(cutoff.date().isoformat())} AS DATE)"
 
 
-def ts_lit(t: dt.datetime) -> Column:
-    return F.to_timestamp(F.lit(t.strftime("%Y-%m-%d %H:%M:%S")), TS)
+def ts_lit(t: dt.datetime) -> str:
+    return f"to_timestamp({literal(t.strftime('%Y-%m-%d %H:%M:%S'))}, {literal(TS)})"
 
 
-def in_window(cutoff: dt.datetime, days_from: int, days_to: int = 0) -> Column:
+def in_window(cutoff: dt.datetime, days_from: int, days_to: int = 0) -> str:
     """event_ts in (cutoff - days_from, cutoff - days_to]."""
-    ts = F.col("event_ts")
-    return ((ts > ts_lit(cutoff - dt.timedelta(days=days_from)))
-            & (ts <= ts_lit(cutoff - dt.timedelta(days=days_to))))
+    return (f"(event_ts > {ts_lit(cutoff - dt.timedelta(days=days_from))}"
+            f" AND event_ts <= {ts_lit(cutoff - dt.timedelta(days=days_to))})")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Transforms
+# Transforms: expressions as SQL text (jobs/lake/sqltext.py), one call to the JVM each
 # ---------------------------------------------------------------------------------------------------------
 def event_aggregates(cutoff: dt.datetime):
     """One row per customer with events: every event feature's raw aggregate and the label, in one pass."""
     label_end = cutoff + dt.timedelta(days=LABEL_WINDOW_DAYS)
+    seen = f"event_ts <= {ts_lit(cutoff)}"
+    kind = lambda k: f"event_type = {literal(k)}"  # noqa: E731
+    charge, late, support, usage = kind("charge"), kind("late_payment"), kind("support_call"), kind("usage")
+    n = lambda cond: f"count(CASE WHEN {cond} THEN 1 END)"  # noqa: E731
+    total = lambda cond: f"sum(CASE WHEN {cond} THEN amount END)"  # noqa: E731
+    mean = lambda cond: f"avg(CASE WHEN {cond} THEN amount END)"  # noqa: E731
+    aggregates = {
+        "charges_180d": total(f"{charge} AND {in_window(cutoff, 180)}"),
+        "avg_charge_180d": mean(f"{charge} AND {in_window(cutoff, 180)}"),
+        "_avg_charge_0_90": mean(f"{charge} AND {in_window(cutoff, 90)}"),
+        "_avg_charge_90_180": mean(f"{charge} AND {in_window(cutoff, 180, 90)}"),
+        "payments_180d": n(f"{kind('payment')} AND {in_window(cutoff, 180)}"),
+        "late_payments_90d": n(f"{late} AND {in_window(cutoff, 90)}"),
+        "late_payments_180d": n(f"{late} AND {in_window(cutoff, 180)}"),
+        "support_calls_30d": n(f"{support} AND {in_window(cutoff, 30)}"),
+        "support_calls_90d": n(f"{support} AND {in_window(cutoff, 90)}"),
+        "support_calls_365d": n(f"{support} AND {in_window(cutoff, 365)}"),
+        "usage_events_90d": n(f"{usage} AND {in_window(cutoff, 90)}"),
+        "usage_amount_90d": total(f"{usage} AND {in_window(cutoff, 90)}"),
+        "plan_changes_180d": n(f"{kind('plan_change')} AND {in_window(cutoff, 180)}"),
+        "_last_event_ts": f"max(CASE WHEN {seen} THEN event_ts END)",
+        "_last_payment_ts": f"max(CASE WHEN {seen} AND {kind('payment')} THEN event_ts END)",
+        "events_total": n(seen),
+        LABEL: f"max(CASE WHEN {kind('termination')} AND event_ts > {ts_lit(cutoff)}"
+               f" AND event_ts <= {ts_lit(label_end)} THEN 1.0D END)",
+    }
 
     def transform(df: DataFrame) -> DataFrame:
-        ts, kind, amount = F.col("event_ts"), F.col("event_type"), F.col("amount")
-        seen = ts <= ts_lit(cutoff)
-
-        def n(cond: Column) -> Column:
-            return F.count(F.when(cond, F.lit(1)))
-
-        def total(cond: Column) -> Column:
-            return F.sum(F.when(cond, amount))
-
-        def mean(cond: Column) -> Column:
-            return F.avg(F.when(cond, amount))
-
-        charge, late = kind == "charge", kind == "late_payment"
-        support, usage = kind == "support_call", kind == "usage"
-        return df.groupBy(ID).agg(
-            total(charge & in_window(cutoff, 180)).alias("charges_180d"),
-            mean(charge & in_window(cutoff, 180)).alias("avg_charge_180d"),
-            mean(charge & in_window(cutoff, 90)).alias("_avg_charge_0_90"),
-            mean(charge & in_window(cutoff, 180, 90)).alias("_avg_charge_90_180"),
-            n((kind == "payment") & in_window(cutoff, 180)).alias("payments_180d"),
-            n(late & in_window(cutoff, 90)).alias("late_payments_90d"),
-            n(late & in_window(cutoff, 180)).alias("late_payments_180d"),
-            n(support & in_window(cutoff, 30)).alias("support_calls_30d"),
-            n(support & in_window(cutoff, 90)).alias("support_calls_90d"),
-            n(support & in_window(cutoff, 365)).alias("support_calls_365d"),
-            n(usage & in_window(cutoff, 90)).alias("usage_events_90d"),
-            total(usage & in_window(cutoff, 90)).alias("usage_amount_90d"),
-            n((kind == "plan_change") & in_window(cutoff, 180)).alias("plan_changes_180d"),
-            F.max(F.when(seen, ts)).alias("_last_event_ts"),
-            F.max(F.when(seen & (kind == "payment"), ts)).alias("_last_payment_ts"),
-            n(seen).alias("events_total"),
-            F.max(F.when((kind == "termination") & (ts > ts_lit(cutoff)) & (ts <= ts_lit(label_end)),
-                         F.lit(1.0))).alias(LABEL),
-        )
+        return df.groupBy(ID).agg(*[expr(f"{e} AS {ident(name)}") for name, e in aggregates.items()])
     return transform
 
 
@@ -160,42 +153,42 @@ def customer_features(cutoff: dt.datetime):
     """Features of the customer row itself, measured at the cutoff date, with the days from signup to the cutoff
     date (``SINCE_SIGNUP``, the recency features' fallback): the id and numbers only (``gold_columns`` makes them
     doubles)."""
+    cutoff_day = cutoff_date(cutoff)
+    tenure = f"floor(months_between({cutoff_day}, signup_date))"
+    yes = lambda c: f"coalesce(CAST({ident(c)} = 'Yes' AS DOUBLE), 0.0D)"  # noqa: E731
+    columns = {
+        SINCE_SIGNUP: f"greatest(datediff({cutoff_day}, signup_date), 0)",
+        "tenure_months": f"least(greatest({tenure}, 0), {TENURE_CAP_MONTHS})",
+        "age": "age",
+        "senior": f"CAST(age >= {SENIOR_AGE} AS DOUBLE)",
+        "monthly_charges": "monthly_charges",
+        "services_count": " + ".join(yes(c) for c in SERVICE_FLAGS),
+        **{c: yes(c) for c in YES_NO_FEATURES},
+        **{one_hot_name(c, v): f"CAST({ident(c)} = {literal(v)} AS DOUBLE)" for c, values in ONE_HOT.items()
+           for v in values},
+    }
+
     def transform(df: DataFrame) -> DataFrame:
-        cutoff_day = cutoff_date(cutoff)
-        tenure = F.floor(F.months_between(cutoff_day, F.col("signup_date")))
-        age = F.floor(F.months_between(cutoff_day, F.col("birth_date")) / 12)
-        yes = lambda c: F.coalesce((F.col(c) == "Yes").cast("double"), F.lit(0.0))  # noqa: E731
-        return (df
-                .withColumn("age", age)
-                .select(F.col(ID),
-                        F.greatest(F.datediff(cutoff_day, F.col("signup_date")), F.lit(0)).alias(SINCE_SIGNUP),
-                        F.least(F.greatest(tenure, F.lit(0)), F.lit(TENURE_CAP_MONTHS)).alias("tenure_months"),
-                        F.col("age"),
-                        (F.col("age") >= SENIOR_AGE).cast("double").alias("senior"),
-                        F.col("monthly_charges"),
-                        sum(yes(c) for c in SERVICE_FLAGS).alias("services_count"),
-                        *[yes(c).alias(c) for c in YES_NO_FEATURES],
-                        *[(F.col(c) == v).cast("double").alias(one_hot_name(c, v))
-                          for c, values in ONE_HOT.items() for v in values]))
+        return (df.withColumn("age", expr(f"floor(months_between({cutoff_day}, birth_date) / 12)"))
+                .selectExpr(ident(ID), *[f"{e} AS {ident(name)}" for name, e in columns.items()]))
     return transform
 
 
 def with_event_features(cutoff: dt.datetime):
     """Event features for customers without events default to 0; recency falls back to days since signup."""
-    def days_since(col: str) -> Column:
+    def days_since(col: str) -> str:
         # greatest() skips nulls, so the fallback is chosen explicitly for customers without such events.
-        return (F.when(F.col(col).isNull(), F.col(SINCE_SIGNUP))
-                .otherwise(F.datediff(cutoff_date(cutoff), F.to_date(col))))
+        return (f"CASE WHEN {col} IS NULL THEN {SINCE_SIGNUP} "
+                f"ELSE datediff({cutoff_date(cutoff)}, to_date({col})) END")
 
     def transform(df: DataFrame) -> DataFrame:
-        trend = F.coalesce(F.col("_avg_charge_0_90") - F.col("_avg_charge_90_180"), F.lit(0.0))
-        return (df.withColumn("charge_trend_90d", trend)
-                .withColumn("days_since_last_event", days_since("_last_event_ts"))
-                .withColumn("days_since_last_payment", days_since("_last_payment_ts")))
+        return df.selectExpr("*", "coalesce(_avg_charge_0_90 - _avg_charge_90_180, 0.0D) AS charge_trend_90d",
+                             f"{days_since('_last_event_ts')} AS days_since_last_event",
+                             f"{days_since('_last_payment_ts')} AS days_since_last_payment")
     return transform
 
 
 def gold_columns(df: DataFrame) -> DataFrame:
     """id, label, then FEATURES in contract order; all doubles, nulls (no events, no value) as 0."""
-    return df.select(F.col(ID), *[F.coalesce(F.col(c).cast("double"), F.lit(0.0)).alias(c)
-                                  for c in (LABEL, *FEATURES)])
+    return df.selectExpr(ident(ID), *[f"coalesce(CAST({ident(c)} AS DOUBLE), 0.0D) AS {ident(c)}"
+                                      for c in (LABEL, *FEATURES)])
