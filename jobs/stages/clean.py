@@ -284,7 +284,8 @@ def with_checks(dataset: str, as_of: str, lookups: str = "lazy"):
             typed.update({c: canonical_category(c) for c in CATEGORIES_OF[dataset]})
         df = df.selectExpr("*", *[f"{e} AS {ident(f't_{c}')}" for c, e in typed.items()]).drop(*keys.values())
         t = lambda c: ident(f"t_{c}")  # noqa: E731
-        unparsed = lambda c: f"(NOT {is_blank(ident(c))} AND {t(c)} IS NULL)"  # noqa: E731   # given, but no value
+        # a value given (not blank) that did not parse or look up
+        unparsed = lambda c: f"(NOT {is_blank(ident(c))} AND {t(c)} IS NULL)"  # noqa: E731
         checks = {
             "invalid_utf8": {c: f"contains({ident(c)}, {REPLACEMENT_CHARACTER})" for c in columns},
             "missing_required": {c: is_blank(ident(c)) for c in REQUIRED[dataset]},
