@@ -2,8 +2,8 @@
 
 Each call of the Column API (``F.lit``, ``F.col``, ``F.replace``, a Column method) is one to three round trips
 from Python to the driver's JVM through py4j, each a fraction of a millisecond: clean's checks, lookups and
-quarantine JSON built that way made ~14,000 of them, seconds of the driver's time during which the cores waited
-(docs/etl.md, "The driver's own time"). The same expression as SQL text is one call (``expr``), which Spark's
+quarantine JSON built that way made ~12,400 of them, seconds of the driver's time during which the cores waited
+(docs/etl.md, "Expressions as SQL text"). The same expression as SQL text is one call (``expr``), which Spark's
 parser turns into the same Catalyst expressions (the same built-in functions, on the CPU or on the GPU).
 
 Text needs quoting: ``literal`` for values, ``ident`` for column names. String literals are read with backslash
