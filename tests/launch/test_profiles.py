@@ -59,3 +59,12 @@ def test_profiles_merge_base_and_share_rapids_settings():
     assert gpu["spark.executor.resource.gpu.discoveryScript"] == str(ROOT / "conf" / "get-gpus-resources.sh")
     shared = profiles.read_conf(ROOT / "conf" / "rapids.conf")
     assert all(explain[k] == v == gpu[k] for k, v in shared.items())
+
+
+def test_the_gpu_executors_keep_every_base_option_and_add_the_trap_limit():
+    # gpu.conf restates base.conf's executor options (a profile's key replaces base's whole): none may be lost when
+    # base.conf's change, and only the gpu profile's executors get C2's trap limit.
+    cpu, gpu = (profiles.load_profile(p)["spark.executor.extraJavaOptions"].split() for p in ("cpu", "gpu"))
+    assert "-XX:PerMethodTrapLimit=0" not in cpu
+    assert gpu == [*cpu, "-XX:PerMethodTrapLimit=0"]
+    assert profiles.load_profile("gpu-explain")["spark.executor.extraJavaOptions"].split() == cpu

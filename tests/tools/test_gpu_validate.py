@@ -83,21 +83,26 @@ def test_gpus_refuses_counts_that_are_not_numbers_of_this_hosts_gpus_before_it_r
 
 
 def test_the_executors_keep_the_profiles_java_options_with_the_scripts_own_log4j_file(tmp_path):
-    # The executors' options go as one java argument file (an --conf here replaces the profile's value whole):
-    # base.conf's flags must be in it, and the log4j file must be the script's, not the profile's.
+    # The executors' options go as one java argument file per side (an --conf here replaces the profile's value
+    # whole): base.conf's flags must be in both, gpu.conf's trap limit in the gpu side's only, and the log4j file must
+    # be the script's, not the profile's.
     state = tmp_path / "state"
     out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "settings"], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "GPUVAL": str(state)}, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    args_file = state / "executor-java.args"
-    assert f"--conf spark.executor.extraJavaOptions=@{args_file}" in out.stdout.splitlines()
-    options = args_file.read_text().splitlines()
-    assert "-XX:-DontCompileHugeMethods" in options
-    assert "-XX:+UseTransparentHugePages" in options
-    assert [o for o in options if "log4j2.configurationFile" in o] == [
-        f"-Dlog4j2.configurationFile={state}/log4j2-executor.properties"]
-    java = subprocess.run(["java", f"@{args_file}", "-version"], capture_output=True, text=True, timeout=60)
-    assert java.returncode == 0, java.stderr   # a java launcher takes the file as its options
+    cpu_file, gpu_file = state / "executor-java.args", state / "executor-java-gpu.args"
+    lines = out.stdout.splitlines()
+    assert f"--conf spark.executor.extraJavaOptions=@{cpu_file}" in lines
+    assert f"--profile-conf gpu:spark.executor.extraJavaOptions=@{gpu_file}" in lines
+    for args_file, trap_limit in ((cpu_file, False), (gpu_file, True)):
+        options = args_file.read_text().splitlines()
+        assert "-XX:-DontCompileHugeMethods" in options
+        assert "-XX:+UseTransparentHugePages" in options
+        assert ("-XX:PerMethodTrapLimit=0" in options) == trap_limit
+        assert [o for o in options if "log4j2.configurationFile" in o] == [
+            f"-Dlog4j2.configurationFile={state}/log4j2-executor.properties"]
+        java = subprocess.run(["java", f"@{args_file}", "-version"], capture_output=True, text=True, timeout=60)
+        assert java.returncode == 0, java.stderr   # a java launcher takes the file as its options
 
 
 def test_executor_jfr_adds_a_flight_recording_of_the_executors_first_seconds(tmp_path):
@@ -121,6 +126,27 @@ def test_executor_jfr_adds_a_flight_recording_of_the_executors_first_seconds(tmp
     assert plain.returncode == 0, plain.stderr
     assert not [o for o in (state / "executor-java.args").read_text().splitlines()
                 if "FlightRecording" in o or "PrintCompilation" in o]
+
+
+def test_executor_xx_adds_hotspot_options_to_both_sides_and_a_malformed_list_is_refused(tmp_path):
+    # EXECUTOR_XX=A,B (a sweep line's environment): -XX:A -XX:B after the profile's options, so the last one of a flag
+    # wins (here HotSpot's default trap limit back on the gpu side); a value that is not such a list stops the run.
+    state = tmp_path / "state"
+    env = {**os.environ, "GPUVAL": str(state), "EXECUTOR_XX": "PerMethodTrapLimit=100,+UseParallelGC"}
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "settings"], capture_output=True, text=True,
+                         timeout=60, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    for name in ("executor-java.args", "executor-java-gpu.args"):
+        options = (state / name).read_text().splitlines()
+        assert options[-2:] == ["-XX:PerMethodTrapLimit=100", "-XX:+UseParallelGC"]
+        java = subprocess.run(["java", f"@{state / name}", "-version"], capture_output=True, text=True, timeout=60)
+        assert java.returncode == 0, java.stderr
+    for bad in ("PerMethodTrapLimit=0 -Xmx1g", "A=1,,B", "-XX:Foo"):
+        refused = subprocess.run([str(ROOT / "scripts" / "gpu-validate"), "pipeline", "gpu"], capture_output=True,
+                                 text=True, timeout=60, env={**env, "EXECUTOR_XX": bad}, cwd=ROOT)
+        assert refused.returncode == 2, refused.stderr
+        assert f"EXECUTOR_XX={bad} is not HotSpot options" in refused.stderr
+    assert not (state / "gpumem-gpu.csv").exists(), "a refused run started its GPU memory sampling"
 
 
 def test_a_sweep_line_splits_into_spark_settings_and_the_runs_environment(tmp_path):
