@@ -120,9 +120,12 @@ def event_aggregates(cutoff: dt.datetime):
     seen = f"event_ts <= {ts_lit(cutoff)}"
     kind = lambda k: f"event_type = {literal(k)}"  # noqa: E731
     charge, late, support, usage = kind("charge"), kind("late_payment"), kind("support_call"), kind("usage")
-    n = lambda cond: f"count(CASE WHEN {cond} THEN 1 END)"  # noqa: E731
-    total = lambda cond: f"sum(CASE WHEN {cond} THEN amount END)"  # noqa: E731
-    mean = lambda cond: f"avg(CASE WHEN {cond} THEN amount END)"  # noqa: E731
+    # Each aggregate's condition as its FILTER clause, not a CASE inside it: a row the condition leaves out does not
+    # touch that aggregate's buffer (with CASE every row updated all 20 buffer fields; a row counts in 2-5 of the
+    # 17 aggregates). The same rows reach each aggregate in the same order: the same values to the last bit.
+    n = lambda cond: f"count(1) FILTER (WHERE {cond})"  # noqa: E731
+    total = lambda cond: f"sum(amount) FILTER (WHERE {cond})"  # noqa: E731
+    mean = lambda cond: f"avg(amount) FILTER (WHERE {cond})"  # noqa: E731
     aggregates = {
         "charges_180d": total(f"{charge} AND {in_window(cutoff, 180)}"),
         "avg_charge_180d": mean(f"{charge} AND {in_window(cutoff, 180)}"),
@@ -137,11 +140,11 @@ def event_aggregates(cutoff: dt.datetime):
         "usage_events_90d": n(f"{usage} AND {in_window(cutoff, 90)}"),
         "usage_amount_90d": total(f"{usage} AND {in_window(cutoff, 90)}"),
         "plan_changes_180d": n(f"{kind('plan_change')} AND {in_window(cutoff, 180)}"),
-        "_last_event_ts": f"max(CASE WHEN {seen} THEN event_ts END)",
-        "_last_payment_ts": f"max(CASE WHEN {seen} AND {kind('payment')} THEN event_ts END)",
+        "_last_event_ts": f"max(event_ts) FILTER (WHERE {seen})",
+        "_last_payment_ts": f"max(event_ts) FILTER (WHERE {seen} AND {kind('payment')})",
         "events_total": n(seen),
-        LABEL: f"max(CASE WHEN {kind('termination')} AND event_ts > {ts_lit(cutoff)}"
-               f" AND event_ts <= {ts_lit(label_end)} THEN 1.0D END)",
+        LABEL: f"max(1.0D) FILTER (WHERE {kind('termination')} AND event_ts > {ts_lit(cutoff)}"
+               f" AND event_ts <= {ts_lit(label_end)})",
     }
 
     def transform(df: DataFrame) -> DataFrame:
