@@ -402,20 +402,40 @@ def test_a_slice_some_file_shares_with_another_is_replaced_through_delta(spark, 
                        ignore_row_order=True, ignore_nullable=True)
 
 
-def test_a_file_commit_on_a_checkpointed_table_takes_its_files_from_deltas_snapshot(spark, tmp_path):
-    """A file commit replays a short log of commit files on the driver; where the log has a checkpoint it asks
-    Delta's snapshot for the files instead. Both ways the slice's files, and only they, are replaced."""
+@pytest.mark.parametrize("part_size, replayed", [(None, True), (1, False)], ids=["one-file", "multi-part"])
+def test_a_file_commit_on_a_checkpointed_table_replays_a_one_file_checkpoint_on_the_driver(spark, tmp_path, part_size,
+                                                                                           replayed):
+    """A file commit replays the log on the driver from a classic one-file checkpoint too (its adds, then the commits
+    after it): no Spark job of the commit's own. A checkpoint of several parts is left to Delta's snapshot, whose
+    jobs the commit then runs. Both ways the slice's files, and only they, are replaced."""
     path = str(tmp_path / "q")
     schema = "stage string, n long"
     delta_io.overwrite(spark.createDataFrame([("ingest", 1)], schema).coalesce(1), path)
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
-    for n in (2, 3):
-        spark.createDataFrame([("clean", n)], schema).coalesce(1).write.format("delta").mode("append").save(path)
-    assert (tmp_path / "q" / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
-    with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
-        assert delta_io.replace_where_counted(spark.createDataFrame([("clean", 9)], schema).coalesce(1), path,
-                                              "stage = 'clean'") == (4, 1)
-    assert len([a for a in delta_io.commit_actions(spark, path, 4) if "remove" in a]) == 2
+    parts = {} if part_size is None else {"spark.databricks.delta.checkpoint.partSize": str(part_size)}
+    with session_conf(spark, parts):
+        for n in (2, 3):
+            spark.createDataFrame([("clean", n)], schema).coalesce(1).write.format("delta").mode("append").save(path)
+    log = tmp_path / "q" / "_delta_log"
+    assert (log / "00000000000000000002.checkpoint.parquet").exists() == replayed
+    assert bool(list(log.glob("00000000000000000002.checkpoint.0000000001.*.parquet"))) != replayed
+    group = f"checkpointed-commit-{part_size}"
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        with session_conf(spark, {delta_io.WRITE_FILES_KEY: "true"}):
+            assert delta_io.replace_where_counted(spark.createDataFrame([("clean", 9)], schema).coalesce(1), path,
+                                                  "stage = 'clean'") == (4, 1)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    tracker = spark.sparkContext.statusTracker()
+    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(group)
+              for s in tracker.getJobInfo(j).stageIds]
+    from_commit = [s.name for s in stages if s is not None and "FileCommit.java" in s.name]
+    assert (from_commit == []) == replayed, from_commit
+    removed = sorted(a["remove"]["path"] for a in delta_io.commit_actions(spark, path, 4) if "remove" in a)
+    clean_files = sorted(a["add"]["path"] for v in (2, 3) for a in delta_io.commit_actions(spark, path, v)
+                         if "add" in a)
+    assert removed == clean_files
     assert_df_equality(delta_io.read(spark, path)[0], spark.createDataFrame([("ingest", 1), ("clean", 9)], schema),
                        ignore_row_order=True, ignore_nullable=True)
 

@@ -6,10 +6,13 @@ import java.nio.charset.StandardCharsets;
 import java.time.LocalDate;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashSet;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -22,12 +25,16 @@ import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.parquet.column.statistics.Statistics;
+import org.apache.parquet.example.data.Group;
 import org.apache.parquet.format.converter.ParquetMetadataConverter;
 import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.ParquetReader;
+import org.apache.parquet.hadoop.example.GroupReadSupport;
 import org.apache.parquet.hadoop.metadata.BlockMetaData;
 import org.apache.parquet.hadoop.metadata.ColumnChunkMetaData;
 import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.parquet.io.api.Binary;
+import org.apache.parquet.schema.GroupType;
 import org.apache.parquet.schema.LogicalTypeAnnotation;
 import org.apache.parquet.schema.PrimitiveType;
 
@@ -288,12 +295,14 @@ public final class FileCommit {
     private static final int REPLAYED_COMMITS = 32;
 
     /**
-     * Every file of the transaction's table at its read version, with its statistics, the whole table marked read
-     * (a concurrent commit that adds or removes a file fails this one). Where the version's log is a few commit
-     * files and no checkpoint, they are replayed here on the driver with Delta's own action parser (its adds less
-     * its removes): Delta's snapshot would run Spark jobs over them (a JSON scan, a shuffle, a sort: seconds of a
-     * stage for a handful of files). Otherwise, or where a file has a deletion vector or the log holds other kinds
-     * of files, the snapshot's file list (one small row per data file, collected on the driver).
+     * Every file of the transaction's table at its read version, with its statistics, the whole table marked read (a
+     * concurrent commit that adds or removes a file fails this one). Where the version's log is a few commit files,
+     * after a classic one-file checkpoint or none, they are replayed here on the driver with Delta's own action
+     * parser (the checkpoint's adds, then each commit's adds less its removes): Delta's snapshot would run Spark jobs
+     * over them (a scan of the log, a shuffle, a sort: seconds of a stage for a handful of files, and a table
+     * overwritten once a run has a checkpoint from its tenth version on). Otherwise (a multi-part or V2 checkpoint, a
+     * file with a deletion vector or row tracking, other kinds of log files) the snapshot's file list (one small row
+     * per data file, collected on the driver).
      */
     static List<AddFile> tableFiles(OptimisticTransaction txn) throws java.io.IOException {
         List<AddFile> replayed = replayed(txn);
@@ -317,9 +326,9 @@ public final class FileCommit {
             return new ArrayList<>();
         }
         LogSegment segment = txn.snapshot().logSegment();
+        long checkpoint = segment.checkpointProvider().version();    // -1: none
         List<FileStatus> commits = new ArrayList<>(JavaConverters.seqAsJavaList(segment.deltas()));
-        if (segment.checkpointProvider().version() >= 0 || commits.size() > REPLAYED_COMMITS
-                || commits.size() != segment.version() + 1) {
+        if (commits.size() > REPLAYED_COMMITS || commits.size() != segment.version() - checkpoint) {
             return null;
         }
         for (FileStatus commit : commits) {
@@ -329,6 +338,15 @@ public final class FileCommit {
         }
         commits.sort((a, b) -> Long.compare(FileNames.deltaVersion(a.getPath()), FileNames.deltaVersion(b.getPath())));
         Map<String, AddFile> live = new LinkedHashMap<>();
+        if (checkpoint >= 0) {
+            List<AddFile> listed = checkpointFiles(txn, segment);
+            if (listed == null) {
+                return null;
+            }
+            for (AddFile add : listed) {
+                live.put(add.path(), add);
+            }
+        }
         for (FileStatus commit : commits) {
             FileSystem fs = commit.getPath().getFileSystem(txn.deltaLog().newDeltaHadoopConf());
             try (BufferedReader lines = new BufferedReader(new InputStreamReader(fs.open(commit.getPath()),
@@ -348,6 +366,83 @@ public final class FileCommit {
             }
         }
         return new ArrayList<>(live.values());
+    }
+
+    /** The fields of a checkpoint's add this replay carries; an add with any other set (a deletion vector, row
+     *  tracking's ids, parsed statistics) is left to Delta's snapshot. */
+    private static final Set<String> CHECKPOINT_ADD_FIELDS = new HashSet<>(Arrays.asList(
+            "path", "partitionValues", "size", "modificationTime", "dataChange", "tags", "stats"));
+
+    /**
+     * The files a classic one-file checkpoint ({@code NNN.checkpoint.parquet}) of {@code segment} lists as added,
+     * read on the driver (a few hundred bytes a file) and parsed by Delta's own action parser from each add's fields;
+     * null for a multi-part or V2 checkpoint, or an add that sets a field other than {@code CHECKPOINT_ADD_FIELDS}.
+     */
+    private static List<AddFile> checkpointFiles(OptimisticTransaction txn, LogSegment segment)
+            throws java.io.IOException {
+        List<FileStatus> parts = JavaConverters.seqAsJavaList(segment.checkpointProvider().topLevelFiles());
+        String name = String.format("%020d.checkpoint.parquet", segment.checkpointProvider().version());
+        if (parts.size() != 1 || !parts.get(0).getPath().getName().equals(name)) {
+            return null;
+        }
+        ObjectMapper json = new ObjectMapper();
+        List<AddFile> added = new ArrayList<>();
+        try (ParquetReader<Group> rows = ParquetReader.builder(new GroupReadSupport(), parts.get(0).getPath())
+                .withConf(txn.deltaLog().newDeltaHadoopConf()).build()) {
+            for (Group row = rows.read(); row != null; row = rows.read()) {
+                if (!row.getType().containsField("add") || row.getFieldRepetitionCount("add") == 0) {
+                    continue;
+                }
+                Map<String, Object> fields = addFields(row.getGroup("add", 0));
+                if (fields == null) {
+                    return null;
+                }
+                String action = json.writeValueAsString(Collections.singletonMap("add", fields));
+                added.add((AddFile) Action.fromJson(action));
+            }
+        }
+        return added;
+    }
+
+    /** A checkpoint add's set fields as its JSON action holds them; null if one is not a CHECKPOINT_ADD_FIELDS. */
+    private static Map<String, Object> addFields(Group add) {
+        Map<String, Object> fields = new LinkedHashMap<>();
+        GroupType type = add.getType();
+        for (int i = 0; i < type.getFieldCount(); i++) {
+            String field = type.getFieldName(i);
+            if (add.getFieldRepetitionCount(i) == 0) {
+                continue;       // null
+            }
+            if (!CHECKPOINT_ADD_FIELDS.contains(field)) {
+                return null;
+            }
+            switch (field) {
+                case "size":
+                case "modificationTime":
+                    fields.put(field, add.getLong(i, 0));
+                    break;
+                case "dataChange":
+                    fields.put(field, add.getBoolean(i, 0));
+                    break;
+                case "partitionValues":
+                case "tags":
+                    fields.put(field, stringMap(add.getGroup(i, 0)));
+                    break;
+                default:        // path, stats
+                    fields.put(field, add.getString(i, 0));
+            }
+        }
+        return fields;
+    }
+
+    /** A Parquet map of strings (a repeated key_value group of a key and an optional value) as a Java map. */
+    private static Map<String, String> stringMap(Group map) {
+        Map<String, String> out = new LinkedHashMap<>();
+        for (int k = 0; k < map.getFieldRepetitionCount(0); k++) {
+            Group entry = map.getGroup(0, k);
+            out.put(entry.getString(0, 0), entry.getFieldRepetitionCount(1) == 0 ? null : entry.getString(1, 0));
+        }
+        return out;
     }
 
     /** The one value {@code column} takes in every row the statistics describe, or null if not known to be one. */
