@@ -13,7 +13,7 @@ from jobs.launch.classes import CLASS_ARCHIVE_KEY
 from jobs.launch.jars import NATIVES_JAR_KEY
 from jobs.launch.jit import GENERATED_C1_KEY
 from jobs.ml.estimators import FLOAT32_INPUTS_KEY, IMPLEMENTATION_KEY, ONE_PARTITION_KEY
-from jobs.stages.clean import LOOKUP_KEY, MATERIALISE_KEY, WARM_UP_KEY
+from jobs.stages.clean import LOOKUP_KEY, MATERIALISE_KEY
 from jobs.stages.features import COUNT_WITH_WRITE_KEY
 from jobs.stages.ingest import COLUMNAR_KEY, GPU_BATCH_KEY, RAPIDS_SQL_KEY
 
@@ -22,7 +22,7 @@ PROJECT_PREFIX = "spark.churn."
 PROJECT_KEYS = (CACHE_SCORES_KEY, CLASS_ARCHIVE_KEY, COLUMNAR_KEY, COUNT_WITH_WRITE_KEY, EXECUTOR_WAIT_KEY,
                 FILES_AS_PARQUET_KEY, FLOAT32_INPUTS_KEY, GENERATED_C1_KEY, GPU_BATCH_KEY, IMPLEMENTATION_KEY,
                 LOOKUP_KEY, MATERIALISE_KEY, NATIVES_JAR_KEY, ONE_PARTITION_KEY, RAPIDS_SQL_KEY, READ_COMMIT_FILES_KEY,
-                WARM_UP_KEY, WRITE_FILES_KEY)
+                WRITE_FILES_KEY)
 # Spark properties users set most, beside the profiles' own keys: the candidates a near miss is matched against.
 COMMON_SPARK_KEYS = (
     "spark.app.name", "spark.master", "spark.submit.deployMode",

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 from jobs import stages
@@ -20,8 +18,6 @@ from jobs.core.params import AS_OF
 from jobs.core.stage import Param, parse_args, parser_for
 from jobs.ml import estimators
 from jobs.lake.contract import DATASETS
-from jobs.lake.session import conf_flag
-from jobs.stages import clean
 from jobs.stages.ingest import check_header, input_verdict
 
 OWN = (
@@ -158,71 +154,20 @@ class Pipeline:
         spark = runner.spark
         outputs: dict = {}
         records = {}
-        warm_up = None
-        try:
-            for name in names:
-                if name == "generate" and args["input"] is not None:
-                    continue
-                if name == "ingest" and "clean" in names:
-                    warm_up = CleanWarmUp.start(runner, args["as_of"])
-                if name == "clean" and warm_up is not None:
-                    warm_up.stop.set()   # what it has not begun is skipped; clean does not wait for the rest
-                if name in ("clean", "features"):
-                    # The train stage's back-end check (spark-rapids-ml: a GPU probe that leaves a warm Python worker
-                    # for the fit) runs beside clean (its imports, ~6 s of a core, beside GPU-bound work) and again
-                    # beside features (the worker kept warm for the fit), instead of before the fit.
-                    estimators.start_checks(spark, again=name == "features")
-                if name == "report":
-                    runner.plans.save(os.path.join(args["out"], "report", "gpu-fallbacks.json"))
-                derived = {**self.layout(args), **outputs}
-                records[name] = runner.run(stages.stage(name), self.stage_args(name, args, derived),
-                                           lake=derived["lake"])
-                outputs.update(records[name].extra.get("outputs", {}))
-        finally:
-            if warm_up is not None:
-                warm_up.finish()   # nothing left running (a stage may have failed before clean)
+        for name in names:
+            if name == "generate" and args["input"] is not None:
+                continue
+            if name in ("clean", "features"):
+                # The train stage's back-end check (spark-rapids-ml: a GPU probe that leaves a warm Python worker
+                # for the fit) runs beside clean (its imports, ~6 s of a core, beside GPU-bound work) and again
+                # beside features (the worker kept warm for the fit), instead of before the fit.
+                estimators.start_checks(spark, again=name == "features")
+            if name == "report":
+                runner.plans.save(os.path.join(args["out"], "report", "gpu-fallbacks.json"))
+            derived = {**self.layout(args), **outputs}
+            records[name] = runner.run(stages.stage(name), self.stage_args(name, args, derived), lake=derived["lake"])
+            outputs.update(records[name].extra.get("outputs", {}))
         return records
-
-
-class CleanWarmUp:
-    """``clean.warm_up`` on a thread of its own while ingest runs, in a job group of its own ("warm-up"), from
-    ingest's first Spark job on (so that its planning does not delay ingest's own): the driver waits on ingest's
-    jobs then. Clean does not wait for it: as clean starts, the queries the warm-up has not begun are skipped. Best
-    effort: a failure is one progress line, and clean then plans as it would have."""
-
-    GROUP = "warm-up"
-    FIRST_JOB_WAIT_S = 60.0
-
-    def __init__(self, runner, as_of: str) -> None:
-        self.runner, self.as_of = runner, as_of
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, name="clean-warm-up", daemon=True)
-
-    @classmethod
-    def start(cls, runner, as_of: str) -> "CleanWarmUp | None":
-        if not conf_flag(runner.spark, clean.WARM_UP_KEY, False):
-            return None
-        warm_up = cls(runner, as_of)
-        warm_up.thread.start()
-        return warm_up
-
-    def run(self) -> None:
-        sc = self.runner.spark.sparkContext
-        sc.setJobGroup(self.GROUP, "clean's queries over empty stand-ins (clean.warm_up)")   # this thread's own
-        deadline = time.monotonic() + self.FIRST_JOB_WAIT_S
-        while not self.stop.is_set() and not sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
-            self.stop.wait(0.1)
-        started = time.monotonic()
-        try:
-            clean.warm_up(self.runner.spark, self.as_of, self.stop)
-            self.runner.line(f"clean: warm-up done in {time.monotonic() - started:.1f}s (beside ingest)")
-        except Exception as e:  # best effort: clean plans its queries itself anyway
-            self.runner.line(f"clean: warm-up skipped ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-
-    def finish(self) -> None:
-        """Skips what is left of the warm-up and waits for the query it is in, if any."""
-        self.stop.set()
-        self.thread.join()
 
 
 PIPELINE = Pipeline(stages.PIPELINE)

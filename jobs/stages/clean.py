@@ -19,14 +19,10 @@ Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import threading
 from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from jobs.core.params import AS_OF, LAKE
 from jobs.core.stage import REQUIRED as NO_DEFAULT, Stage, StageRecord
@@ -101,10 +97,21 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # docs/etl.md, "Huge generated methods"); the events' 7 columns gain from it.
     lookups = lookup_mode(spark)
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
-        customers = materialised(spark, classified_customers(bronze_c, as_of, lookups), f"{scratch}/customers")
-    events = materialised(spark, classified_events(bronze_e, customers, ingest_q, as_of, lookups),
-                          f"{scratch}/events")
-    quarantine = quarantine_frame(customers, events)
+        customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
+                                 .transform(with_copies_numbered(CUSTOMER_COLUMNS))
+                                 .transform(with_checks("customers", as_of, lookups))
+                                 .transform(with_duplicates_marked)
+                                 .transform(with_superseded_marked)
+                                 .transform(outcome("customers")), f"{scratch}/customers")
+    events = materialised(spark, bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
+                          .transform(with_copies_numbered(EVENT_COLUMNS))
+                          .transform(with_checks("events", as_of, lookups))
+                          .transform(with_duplicates_marked)
+                          .transform(with_customer_reasons(customer_status(customers, ingest_q)))
+                          .transform(outcome("events")), f"{scratch}/events")
+    quarantine = (customers.transform(quarantine_rows("customers"))
+                  .unionByName(events.transform(quarantine_rows("events")))
+                  .repartition("dataset", "source_file"))   # few rows: a few right-sized files
     # Silver stays hash-partitioned by customer (the features stage aggregates per customer; in the files mode, as
     # the scratch files are: one customer's rows side by side); adaptive execution sizes its files. The three writes
     # run side by side: under the gpu profiles the Delta writes run on the CPU (RAPIDS 25.04 has no Delta 3.3
@@ -125,99 +132,6 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     record.counts = accounting(counted, ("customers", "events"), {name: c.rows for name, c in commits.items()})
     release(customers, events)
     return record
-
-
-def classified_customers(bronze_c: DataFrame, as_of: str, lookups: str) -> DataFrame:
-    """Bronze's well-formed customer rows, each with its fate (``outcome``)."""
-    return (bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
-            .transform(with_copies_numbered(CUSTOMER_COLUMNS))
-            .transform(with_checks("customers", as_of, lookups))
-            .transform(with_duplicates_marked)
-            .transform(with_superseded_marked)
-            .transform(outcome("customers")))
-
-
-def classified_events(bronze_e: DataFrame, customers: DataFrame, ingest_q: DataFrame, as_of: str,
-                      lookups: str) -> DataFrame:
-    """Bronze's well-formed event rows, each with its fate (``outcome``), given the classified customers and the
-    quarantine's ingest slice (``customer_status``)."""
-    return (bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
-            .transform(with_copies_numbered(EVENT_COLUMNS))
-            .transform(with_checks("events", as_of, lookups))
-            .transform(with_duplicates_marked)
-            .transform(with_customer_reasons(customer_status(customers, ingest_q)))
-            .transform(outcome("events")))
-
-
-def quarantine_frame(customers: DataFrame, events: DataFrame) -> DataFrame:
-    """The quarantine's clean slice from both classified frames."""
-    return (customers.transform(quarantine_rows("customers"))
-            .unionByName(events.transform(quarantine_rows("events")))
-            .repartition("dataset", "source_file"))   # few rows: a few right-sized files
-
-
-# Whether the pipeline runs ``warm_up`` beside ingest: false (the default, the cpu profile's: on the README's 2 cores
-# the warm-up's planning and compilation take the cores ingest's tasks run on, and at 20k customers ingest took 10.6
-# s against 8.1 and clean 17.4 against 18.2) or true (the gpu profiles': a GPU host's driver has cores to spare).
-WARM_UP_KEY = "spark.churn.clean.warmUp"
-
-
-def warm_up(spark: SparkSession, as_of: str, stop: threading.Event | None = None) -> None:
-    """Plans and runs clean's queries (both classifications, silver, the quarantine's slice, the accounting) over
-    empty stand-ins of its inputs: Parquet scans of empty folders on the driver with bronze's and the quarantine's
-    schemas, each query's output dropped (the ``noop`` sink). Nothing is read or written (a query's one task has
-    no rows), but the driver goes through what clean's queries cost it (Catalyst's rules over their hundreds of expressions, the
-    physical and adaptive planning, the RAPIDS Accelerator's planner, code generation) and its JIT compilers compile
-    that code, so that clean's own planning, between its jobs with the executors idle, runs compiled. The pipeline
-    runs it beside ingest's jobs, while the driver waits on them (``WARM_UP_KEY``; docs/etl.md has the figures).
-    ``stop``: once set, the queries not yet begun are skipped. Adaptive execution's rule that turns a plan over an
-    empty shuffle into an empty relation is held off for the stand-ins (session-wide, restored after; the rule is an
-    optimisation only), so that the stages after each shuffle are planned too."""
-    lookups = lookup_mode(spark)
-    folder = tempfile.mkdtemp(prefix="churn-clean-warm-up-")
-
-    def empty(name: str, schema) -> DataFrame:
-        path = os.path.join(folder, name)
-        os.mkdir(path)
-        return spark.read.schema(schema).parquet("file://" + path)   # listed on the driver: no executor reads it
-
-    def run(df: DataFrame) -> None:
-        if stop is None or not stop.is_set():
-            df.write.format("noop").mode("overwrite").save()
-
-    try:
-        excluded = ",".join(r for r in (spark.conf.get(EXCLUDED_RULES_KEY, "") or "", EMPTY_RELATION_RULE) if r)
-        with session_conf(spark, {EXCLUDED_RULES_KEY: excluded}):
-            bronze = {ds: well_formed(empty(f"bronze_{ds}", bronze_schema(columns))) for ds, columns in DATASETS.items()}
-            ingest_q = empty("quarantine", QUARANTINE_SCHEMA)
-            customers = classified_customers(bronze["customers"], as_of, lookups)
-            run(customers)
-            customers = empty("customers", customers.schema)
-            events = classified_events(bronze["events"], customers, ingest_q, as_of, lookups)
-            run(events)
-            events = empty("events", events.schema)
-            for ds, df in (("customers", customers), ("events", events)):
-                run(df.transform(silver_rows(ds)))
-            run(quarantine_frame(customers, events))
-            if stop is None or not stop.is_set():
-                fates({"customers": customers, "events": events})
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-EXCLUDED_RULES_KEY = "spark.sql.adaptive.optimizer.excludedRules"
-EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
-QUARANTINE_SCHEMA = T.StructType([T.StructField(c, T.LongType() if c == "record_number" else T.StringType())
-                                  for c in QUARANTINE_COLUMNS])
-
-
-def bronze_schema(columns: tuple[str, ...]) -> T.StructType:
-    """A bronze table's schema as ingest writes it: the CSV fields, lineage, ``record_lines``, ``MALFORMED``."""
-    return T.StructType([*(T.StructField(c, T.StringType()) for c in columns),
-                         T.StructField("source_file", T.StringType()), T.StructField("record_number", T.LongType()),
-                         T.StructField("record_lines", T.IntegerType()),
-                         T.StructField(MALFORMED, T.StructType([T.StructField(f, T.StringType())
-                                                                for f in ("reason", "detail", "raw")]))])
 
 
 def _describe(record: StageRecord) -> str:

@@ -3,8 +3,6 @@ lake (idempotence of the writes)."""
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
-import threading
 
 import pytest
 from chispa import assert_df_equality
@@ -249,34 +247,6 @@ def test_an_unknown_materialise_mode_stops_clean_before_it_writes(spark, tmp_pat
         clean.run(spark, lake, AS_OF)
     assert not delta_io.exists(spark, delta_io.table_path(lake, "silver_customers"))
     assert not (tmp_path / "lake" / clean.SCRATCH).exists()
-
-
-def test_the_warm_up_runs_cleans_queries_over_empty_stand_ins_and_leaves_nothing_behind(spark, tmp_path,
-                                                                                        monkeypatch):
-    """``warm_up`` runs each of clean's queries (jobs in the caller's job group) with no input: its stand-in folders
-    go, the session's settings come back as they were, and once stopped it runs nothing."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # where mkdtemp puts its stand-ins
-    sc = spark.sparkContext
-    before = spark.conf.get(clean.EXCLUDED_RULES_KEY, None)
-    stop = threading.Event()
-    jobs = {}
-    try:
-        for group in ("warm-up-test", "warm-up-stopped"):
-            sc.setJobGroup(group, group)
-            clean.warm_up(spark, AS_OF, stop)
-            jobs[group] = list(sc.statusTracker().getJobIdsForGroup(group))
-            stop.set()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
-    # customers, events, two silver tables, the quarantine, the accounting: a job each at least
-    assert len(jobs["warm-up-test"]) >= 6, jobs
-    assert jobs["warm-up-stopped"] == []
-    assert list(tmp_path.iterdir()) == []
-    assert spark.conf.get(clean.EXCLUDED_RULES_KEY, None) == before
-    assert profiles.load_profile("gpu")[clean.WARM_UP_KEY] == profiles.load_profile("gpu-explain")[clean.WARM_UP_KEY] \
-        == "true"
-    assert clean.WARM_UP_KEY not in profiles.load_profile("cpu")
 
 
 def test_clean_rerun_leaves_tables_unchanged_and_accounts_every_row(spark, tmp_path, session_conf):
