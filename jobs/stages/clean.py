@@ -114,8 +114,9 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
                   .repartition("dataset", "source_file"))   # few rows: a few right-sized files
     # Silver stays hash-partitioned by customer (the features stage aggregates per customer; in the files mode, as
     # the scratch files are: one customer's rows side by side); adaptive execution sizes its files. The three writes
-    # run side by side: under the gpu profiles the Delta writes run on the CPU (RAPIDS 25.04 has no Delta 3.3
-    # writer) while the next one's classification runs on the GPU.
+    # run side by side (file commits: each table's Parquet files written by the executors, on the GPU under the gpu
+    # profiles, then committed on the driver), so that one write's last tasks and commit do not leave the executors
+    # idle.
     silver = {ds: (df.transform(silver_rows(ds)), delta_io.table_path(lake, f"silver_{ds}"))
               for ds, df in (("customers", customers), ("events", events))}
     # The accounting's count of each row's fate reads the same kept frames: beside the writes, checked against
