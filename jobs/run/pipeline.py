@@ -157,6 +157,8 @@ class Pipeline:
         for name in names:
             if name == "generate" and args["input"] is not None:
                 continue
+            if name == "ingest":
+                estimators.start_driver_import(spark)   # beside ingest's jobs, not clean's frame building
             if name in ("clean", "features"):
                 # The train stage's back-end check (spark-rapids-ml: a GPU probe that leaves a warm Python worker
                 # for the fit) runs beside clean (its imports, ~6 s of a core, beside GPU-bound work) and again

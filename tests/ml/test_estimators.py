@@ -5,6 +5,8 @@ unless CPU fallback is on, stops before fitting with one clear message when no G
 one task per executor."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -193,6 +195,27 @@ def test_a_failed_gpu_probe_is_not_repeated_and_its_verdict_stands(gpu_ml):
     assert estimators._gpu_checks[app] is first
     with pytest.raises(UserError, match="needs a GPU with cupy and cuML"):
         estimators.check_gpu_available(gpu_ml)
+
+
+def test_the_driver_side_import_waits_for_a_spark_job_and_runs_beside_it(gpu_ml, monkeypatch):
+    # The pipeline starts it as ingest starts: the import must not overlap the stage's own DataFrame building, only
+    # its jobs (the driver's threads wait on those).
+    calls = []
+    tracker = gpu_ml.sparkContext.statusTracker()
+    monkeypatch.setattr(estimators, "_import_driver_side", lambda: calls.append(list(tracker.getActiveJobsIds())))
+    estimators.start_driver_import(gpu_ml)
+    time.sleep(0.5)
+    assert calls == []   # no job yet: not started
+    gpu_ml.range(1).select(F.expr("reflect('java.lang.Thread', 'sleep', cast(1500 as bigint))")).collect()
+    deadline = time.monotonic() + 5
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(calls) == 1 and calls[0], calls   # once, while the job ran
+    calls.clear()
+    gpu_ml.conf.set(estimators.IMPLEMENTATION_KEY, "pyspark.ml")
+    estimators.start_driver_import(gpu_ml)   # MLlib: nothing to import
+    gpu_ml.range(1).select(F.expr("reflect('java.lang.Thread', 'sleep', cast(500 as bigint))")).collect()
+    assert calls == []
 
 
 PROBE_TASKS = r"""
