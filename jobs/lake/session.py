@@ -175,8 +175,8 @@ def remove_path(spark: SparkSession, path: str) -> None:
         fs.delete(p, True)
 
 
-def free_shuffle_files(spark: SparkSession) -> None:
-    """Asks the driver's JVM to collect its garbage now, so that Spark's ContextCleaner deletes the shuffle files
+def free_shuffle_files(spark: SparkSession) -> threading.Thread:
+    """Asks the driver's JVM to collect its garbage, so that Spark's ContextCleaner deletes the shuffle files
     (and cached blocks) of queries nothing refers to any more. Spark cleans them only once the driver's collector
     finds them unreachable, and a driver with a large heap may not collect for the whole stage
     (``spark.cleaner.periodicGC.interval``: 30 min); until then the files fill the executors' local disks.
@@ -184,12 +184,22 @@ def free_shuffle_files(spark: SparkSession) -> None:
     Python's collector first: DataFrames in reference cycles hold their JVM objects until it runs. The JVM learns
     of the objects Python let go of only after its next call from Python (py4j), so it collects twice, half a
     second apart: the first call delivers the releases, the second finds the queries unreachable (back to back,
-    the second came too early on a local session)."""
-    gc.collect()
+    the second came too early on a local session).
+
+    On a thread of its own, which this returns: the caller's next query is built, planned and run meanwhile (the
+    half second and two collections before it were 1.0-1.3 s of clean's driver-only time a run under gpu, 6M
+    customers on an H100 host). Whoever needs the files gone joins it."""
     jvm = spark.sparkContext._jvm
-    jvm.System.gc()
-    time.sleep(0.5)
-    jvm.System.gc()
+
+    def collect() -> None:
+        gc.collect()
+        jvm.System.gc()
+        time.sleep(0.5)
+        jvm.System.gc()
+
+    freeing = threading.Thread(target=collect, name="free-shuffle-files", daemon=True)
+    freeing.start()
+    return freeing
 
 
 def project_source(reader, source: str, what: str):

@@ -19,6 +19,7 @@ Quarantine rows keep ``raw`` = the row's CSV fields as JSON (nulls included), so
 from __future__ import annotations
 
 import os
+import threading
 from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -95,20 +96,20 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # they are computed: here, when materialised): fused, their 22 columns' checks make methods of tens of KB of
     # bytecode, which run slowly until C2 has compiled them, and that takes more passes than a run makes (figures in
     # docs/etl.md, "Huge generated methods"); the events' 7 columns gain from it.
-    lookups = lookup_mode(spark)
+    lookups, freeing = lookup_mode(spark), []
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
                                  .transform(with_copies_numbered(CUSTOMER_COLUMNS))
                                  .transform(with_checks("customers", as_of, lookups))
                                  .transform(with_duplicates_marked)
                                  .transform(with_superseded_marked)
-                                 .transform(outcome("customers")), f"{scratch}/customers")
+                                 .transform(outcome("customers")), f"{scratch}/customers", freeing)
     events = materialised(spark, bronze_e.transform(with_customer_key).repartition(CUSTOMER_KEY)
                           .transform(with_copies_numbered(EVENT_COLUMNS))
                           .transform(with_checks("events", as_of, lookups))
                           .transform(with_duplicates_marked)
                           .transform(with_customer_reasons(customer_status(customers, ingest_q)))
-                          .transform(outcome("events")), f"{scratch}/events")
+                          .transform(outcome("events")), f"{scratch}/events", freeing)
     quarantine = (customers.transform(quarantine_rows("customers"))
                   .unionByName(events.transform(quarantine_rows("events")))
                   .repartition("dataset", "source_file"))   # few rows: a few right-sized files
@@ -131,6 +132,8 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     counted = commits.pop("fates")
     record.wrote.update({name: c.version for name, c in commits.items()})
     record.counts = accounting(counted, ("customers", "events"), {name: c.rows for name, c in commits.items()})
+    for thread in freeing:
+        thread.join()
     release(customers, events)
     return record
 
@@ -154,7 +157,8 @@ def well_formed(bronze: DataFrame) -> DataFrame:
     return bronze.where(F.col(MALFORMED).isNull()).drop(MALFORMED)
 
 
-def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None) -> DataFrame:
+def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None,
+                 freeing: list[threading.Thread] | None = None) -> DataFrame:
     """``df`` computed once for its several readers, as ``MATERIALISE_KEY`` says (every step is deterministic, each
     window having a total order, so every mode gives the same rows):
 
@@ -169,7 +173,8 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
     - files: written once as Parquet to ``scratch`` and read back (a Parquet write and scan run on the GPU; the
       caller removes ``scratch``). The rows keep their order within each file, so a customer's rows stay side
       by side; the shuffle behind them is freed once written (``free_shuffle_files``): at 500M records the raw
-      rows' shuffle is tens of GB of local disk."""
+      rows' shuffle is tens of GB of local disk. The freeing runs beside the caller's next queries: its thread is
+      added to ``freeing`` (joined here where that is None)."""
     mode = materialise_mode(spark)
     if mode == "false":
         return df
@@ -179,7 +184,11 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None)
         raise ValueError("materialised: the files mode needs a scratch folder")
     with plans.observing(df, scratch):   # the classification's plan, for the GPU plan collector (its readers scan files)
         df.write.mode("overwrite").parquet(scratch)
-    free_shuffle_files(spark)
+    thread = free_shuffle_files(spark)
+    if freeing is None:
+        thread.join()
+    else:
+        freeing.append(thread)
     return spark.read.schema(df.schema).parquet(scratch)   # the schema known: no Spark job to infer it from a footer
 
 

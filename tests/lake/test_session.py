@@ -41,7 +41,7 @@ def test_a_frame_rescanned_is_cached_for_its_scans_only_where_the_profile_says(s
 
 def test_free_shuffle_files_deletes_the_shuffle_files_of_a_finished_query(spark):
     """Spark keeps a query's shuffle files until the driver's garbage collector finds the query unreachable; after
-    free_shuffle_files they go within seconds (clean's files mode relies on it at 500M records)."""
+    free_shuffle_files's thread they go within seconds (clean's files mode relies on it at 500M records)."""
     from pathlib import Path
 
     from jobs.lake.session import free_shuffle_files
@@ -62,7 +62,9 @@ def test_free_shuffle_files_deletes_the_shuffle_files_of_a_finished_query(spark)
     # again, but never left to its own schedule (every 30 minutes).
     deadline = time.monotonic() + 120
     while made & shuffle_files() and time.monotonic() < deadline:
-        free_shuffle_files(spark)
+        freeing = free_shuffle_files(spark)
+        assert freeing.daemon   # never holds the process up at its end
+        freeing.join()
         pause = time.monotonic() + 15
         while made & shuffle_files() and time.monotonic() < pause:
             time.sleep(0.2)
