@@ -80,14 +80,18 @@ def run(spark: SparkSession, lake: str, as_of: str) -> StageRecord:
     materialise_mode(spark), lookup_mode(spark), require_escapes(spark)
     scratch = os.path.join(lake, SCRATCH)
     remove_path(spark, scratch)   # a killed run's leftovers
+    freeing: list[threading.Thread] = []   # the files mode's shuffle freeing (``materialised``): done before the end
     try:
-        return classify_and_write(spark, lake, as_of, record, bronze_c, bronze_e, ingest_q, scratch)
+        return classify_and_write(spark, lake, as_of, record, bronze_c, bronze_e, ingest_q, scratch, freeing)
     finally:
+        for thread in freeing:
+            thread.join()
         remove_path(spark, scratch)
 
 
 def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: StageRecord, bronze_c: DataFrame,
-                       bronze_e: DataFrame, ingest_q: DataFrame, scratch: str) -> StageRecord:
+                       bronze_e: DataFrame, ingest_q: DataFrame, scratch: str,
+                       freeing: list[threading.Thread]) -> StageRecord:
     # One shuffle per dataset, by customer, of the raw rows: the duplicate window, the checks, the superseded window
     # and the join with the customers' status all run on that one partitioning (a window or join keyed by customer
     # needs no other), spread over every core whatever the sizes of bronze's files (one per input file). Each
@@ -96,7 +100,7 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # they are computed: here, when materialised): fused, their 22 columns' checks make methods of tens of KB of
     # bytecode, which run slowly until C2 has compiled them, and that takes more passes than a run makes (figures in
     # docs/etl.md, "Huge generated methods"); the events' 7 columns gain from it.
-    lookups, freeing = lookup_mode(spark), []
+    lookups = lookup_mode(spark)
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
                                  .transform(with_copies_numbered(CUSTOMER_COLUMNS))
@@ -132,8 +136,6 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     counted = commits.pop("fates")
     record.wrote.update({name: c.version for name, c in commits.items()})
     record.counts = accounting(counted, ("customers", "events"), {name: c.rows for name, c in commits.items()})
-    for thread in freeing:
-        thread.join()
     release(customers, events)
     return record
 
