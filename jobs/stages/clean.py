@@ -176,21 +176,17 @@ def materialised(spark: SparkSession, df: DataFrame, scratch: str | None = None,
       caller removes ``scratch``). The rows keep their order within each file, so a customer's rows stay side
       by side; the shuffle behind them is freed once written (``free_shuffle_files``): at 500M records the raw
       rows' shuffle is tens of GB of local disk. The freeing runs beside the caller's next queries: its thread is
-      added to ``freeing`` (joined here where that is None)."""
+      added to ``freeing``, which the caller joins."""
     mode = materialise_mode(spark)
     if mode == "false":
         return df
     if mode == "true":
         return DataFrame(spark._jvm.churn.spark.RowBlocks.keep(df._jdf, ROW_BLOCK_BYTES), spark)
-    if scratch is None:
-        raise ValueError("materialised: the files mode needs a scratch folder")
+    if scratch is None or freeing is None:
+        raise ValueError("materialised: the files mode needs a scratch folder and a list for its freeing thread")
     with plans.observing(df, scratch):   # the classification's plan, for the GPU plan collector (its readers scan files)
         df.write.mode("overwrite").parquet(scratch)
-    thread = free_shuffle_files(spark)
-    if freeing is None:
-        thread.join()
-    else:
-        freeing.append(thread)
+    freeing.append(free_shuffle_files(spark))
     return spark.read.schema(df.schema).parquet(scratch)   # the schema known: no Spark job to infer it from a footer
 
 
