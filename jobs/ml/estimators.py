@@ -36,8 +36,8 @@ IMPLEMENTATIONS = (PYSPARK_ML, SPARK_RAPIDS_ML)
 
 # Whether spark-rapids-ml on one GPU gets its training rows as one partition of gold's file scan: it repartitions any
 # other input to one partition per GPU, a shuffle of every training row that its fit's one task then reads (1.9 of
-# that task's 13.8 s at 6M customers on an H200, docs/gpu.md). The gpu profile sets it (conf/gpu.conf); with several
-# GPUs, or under MLlib, it changes nothing.
+# that task's 13.8 s at 6M customers on an H200, docs/gpu-figures.md). The gpu profile sets it (conf/gpu.conf); with
+# several GPUs, or under MLlib, it changes nothing.
 ONE_PARTITION_KEY = "spark.churn.ml.fitInputOnePartition"
 # File scans planned as one partition each: no cap on a partition's bytes, no cost per file, no minimum count.
 ONE_PARTITION_READS = {"spark.sql.files.maxPartitionBytes": str(1 << 62), "spark.sql.files.openCostInBytes": "0",

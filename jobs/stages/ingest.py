@@ -323,7 +323,7 @@ RAPIDS_SQL_KEY = "spark.churn.ingest.rapidsSql"
 # Profile setting: the size of the GPU batches ingest's rows are converted into on their way to bronze (the plugin's
 # spark.rapids.sql.batchSizeBytes, for ingest's queries only; the gpu profile sets 64m). Unset: the session's, 1 GiB
 # by default, which holds a whole input file: the pinned pool then refused host buffers from ingest's first tasks on,
-# and in some runs those tasks ran 3-4x slower a record (docs/gpu.md, ingest; conf/gpu-sweep-ingest-jfr.txt).
+# and in some runs those tasks ran 3-4x slower a record (docs/gpu-figures.md, ingest; conf/gpu-sweep-ingest-jfr.txt).
 GPU_BATCH_KEY = "spark.churn.ingest.gpuBatchBytes"
 
 
@@ -461,7 +461,7 @@ def planned(inputs: dict[str, list[InputFile]], chunks: dict[str, list],
 # Profile switch: "true" has the reader hand its records over as batches of Arrow vectors of up to
 # COLUMNAR_BATCH_ROWS rows instead of one row at a time. The RAPIDS Accelerator copies such a batch to the GPU buffer by
 # buffer, where it converts rows into columns value by value on the CPU; Spark turns the batches back into rows for a
-# CPU plan. Off by default: on an H200 host ingest was no faster with it and took more task time (docs/gpu.md,
+# CPU plan. Off by default: on an H200 host ingest was no faster with it and took more task time (docs/gpu-figures.md,
 # "Settings measured"; conf/gpu-sweep-ingest-columnar.txt measures it).
 COLUMNAR_KEY = "spark.churn.ingest.columnarReader"
 COLUMNAR_BATCH_ROWS = 65536

@@ -64,7 +64,7 @@ def checked_rows(gold: DataFrame, commit: delta_io.Commit, path: str, run_id: st
     """The predictions the write committed, which must be one per gold row. Neither side is a pass over the rows:
     the commit's row count, and gold's rows counted without reading a column (from its files' footers, or Delta's
     statistics of them). A second pass over the scores (then cached) cost half of the stage at 41M customers under gpu
-    (docs/gpu.md). A commit without metrics: the run's slice counted as read back."""
+    (docs/gpu-figures.md). A commit without metrics: the run's slice counted as read back."""
     expected = gold.count()
     written = commit.rows
     if written is None:
