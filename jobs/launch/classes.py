@@ -4,7 +4,7 @@ driver maps at start (the JDK's application class-data sharing, a dynamic archiv
 
 A Spark driver loads ~21,000 classes (Spark, Scala, Hadoop, Delta, Jackson, Netty...), each read from its jar, parsed
 and verified before it runs, on the cores the first stages want: on the README's 2-core machine a start-up-bound job
-ran ~6 s faster from the archive (docs/etl.md, "Benchmarks"). The first ``scripts/pipeline`` run without an archive
+ran ~6 s faster from the archive (docs/jvm.md). The first ``scripts/pipeline`` run without an archive
 writes one as its driver exits (a few seconds, ~200 MB under build/class-archive/); every later driver, of any job,
 maps it. One archive per Java and class path (the key below): a new jar, JDK or class path makes a new one, and
 the newest KEPT are kept. The JVM checks the archive against its own class path and Java build as it starts and, on

@@ -2,12 +2,12 @@
 
 Each query's whole-stage code and projections are classes of their own (``...expressions.GeneratedClass$...``),
 compiled by Janino and then, as they run hot, by HotSpot's C1 and then C2. On 2 cores the JVM has one C2 thread, and
-its queue never empties during a run (docs/etl.md): the C2 time spent on one query's generated code serves that query
+its queue never empties during a run (docs/jvm.md): the C2 time spent on one query's generated code serves that query
 alone, while Spark's, Parquet's and Delta's own methods serve every query after. A compiler directive
 (``conf/jit-generated-c1.json``, ``c2: {Exclude: true}`` on the generated classes) keeps them at C1 and leaves C2 to
 the rest: the whole pipeline on 2 cores took 0.82x-1.06x the time in four alternated pairs at 200k customers (0.94x
 on the means; the driver's compilers 0.73x the CPU time in one pair) and 0.92x / 0.99x at 1M (features, the stage
-with the most rows through generated code, 1.08x; docs/etl.md).
+with the most rows through generated code, 1.08x; docs/jvm.md).
 
 ``spark.churn.jvm.generatedCodeC1``: ``auto`` (the default) adds the directive under a local master of at most
 MAX_SLOTS task slots, where the driver runs every task; ``true`` adds it under any master (a cluster's driver runs

@@ -99,7 +99,7 @@ def classify_and_write(spark: SparkSession, lake: str, as_of: str, record: Stage
     # accounting): materialised once (see MATERIALISE_KEY). Customers without whole-stage code generation (where
     # they are computed: here, when materialised): fused, their 22 columns' checks make methods of tens of KB of
     # bytecode, which run slowly until C2 has compiled them, and that takes more passes than a run makes (figures in
-    # docs/etl.md, "Huge generated methods"); the events' 7 columns gain from it.
+    # docs/jvm.md, "Huge generated methods"); the events' 7 columns gain from it.
     lookups = lookup_mode(spark)
     with session_conf(spark, {"spark.sql.codegen.wholeStage": "false"}):
         customers = materialised(spark, bronze_c.transform(with_customer_key).repartition(CUSTOMER_KEY)
