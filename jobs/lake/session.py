@@ -186,10 +186,9 @@ def free_shuffle_files(spark: SparkSession) -> threading.Thread:
     second apart: the first call delivers the releases, the second finds the queries unreachable (back to back,
     the second came too early on a local session).
 
-    On a thread of its own, which this returns: the caller's next query is built, planned and run meanwhile. Before
-    it, the half second and the two collections sat inside each of clean's two gaps with no Spark job under gpu
-    (1.0-1.3 s each, 6M customers, H100 event logs); clean alone in the files mode on 2 cores had 4.9-5.7 s with no
-    job against 6.3-7.1 s (docs/etl.md). Whoever needs the files gone joins it."""
+    On a thread of its own, which this returns, so that the caller's next query is built, planned and run meanwhile:
+    the half second and the two collections would otherwise leave the executors idle (docs/etl.md, "Materialised
+    frames"). Whoever needs the files gone joins it."""
     jvm = spark.sparkContext._jvm
 
     def collect() -> None:
