@@ -487,15 +487,18 @@ def json_string(c: str) -> str:
     then each other control character gets the escape's first five characters put before it (two regular
     expressions: U+0001-U+000F, U+0010-U+001F) and is itself translated into its last hex digit. The GPU runs
     every step over every row it is given (one step per character would be 34); on the CPU the steps run only for
-    a value that holds a character to escape (rare)."""
-    escaped = f"replace(replace({c}, {_BACKSLASH}, {_BACKSLASH_ESCAPED}), {_QUOTE}, {_QUOTE_ESCAPED})"
+    a value that holds a character to escape (rare). So the steps take the value only where it needs them and an
+    empty string elsewhere: the GPU's string kernels then pass over the few values that hold such a character, not
+    over every quarantined value eleven times, and the CPU's result is the same."""
+    needs = f"length(translate({c}, {literal(_ESCAPED)}, '')) < length({c})"
+    only_needed = f"CASE WHEN {needs} THEN {c} ELSE '' END"
+    escaped = f"replace(replace({only_needed}, {_BACKSLASH}, {_BACKSLASH_ESCAPED}), {_QUOTE}, {_QUOTE_ESCAPED})"
     for ch, short in _SHORT_ESCAPES.items():
         escaped = f"replace({escaped}, {literal(ch)}, {literal(short)})"
     escaped = f"replace({escaped}, {literal(chr(0))}, {_NUL_ESCAPED})"
     for pattern, prefix in _CONTROL_ESCAPES:
         escaped = f"regexp_replace({escaped}, {pattern}, {prefix})"
     escaped = f"translate({escaped}, {literal(_CONTROL)}, {literal('0123456789ABCDEF' * 2)})"
-    needs = f"length(translate({c}, {literal(_ESCAPED)}, '')) < length({c})"
     return f"concat({_QUOTE}, CASE WHEN {needs} THEN {escaped} ELSE {c} END, {_QUOTE})"
 
 
