@@ -202,6 +202,7 @@ def lookup_mode(spark: SparkSession) -> str:
 # Expression helpers: SQL text (jobs/lake/sqltext.py), one call to the JVM per expression
 # ---------------------------------------------------------------------------------------------------------
 WHITE_SPACE_RUN = literal(r"\s+")
+WHITE_SPACE_NOT_SPACE = literal("\t\n\x0b\f\r")   # what \s matches besides the space (Java's regular expressions)
 REPLACEMENT_CHARACTER = literal("\ufffd")   # what ingest decodes a byte that is not UTF-8 into
 
 
@@ -210,8 +211,13 @@ def is_blank(c: str) -> str:
 
 
 def category_key(c: str) -> str:
-    """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space."""
-    return f"trim(regexp_replace(lower({c}), {WHITE_SPACE_RUN}, ' '))"
+    """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space. The
+    regular expression takes the value only where it holds two spaces together or other white space (an empty
+    string elsewhere, where it would change nothing): the GPU evaluates both branches of the CASE for every row, and
+    a regular expression costs it more than the literal checks that choose the branch."""
+    runs = f"(instr({c}, '  ') > 0 OR length(translate({c}, {WHITE_SPACE_NOT_SPACE}, '')) < length({c}))"
+    collapsed = f"regexp_replace(lower(CASE WHEN {runs} THEN {c} ELSE '' END), {WHITE_SPACE_RUN}, ' ')"
+    return f"trim(CASE WHEN {runs} THEN {collapsed} ELSE lower({c}) END)"
 
 
 def category_lookup(column: str) -> dict[str, str]:

@@ -43,7 +43,7 @@ def bronze(spark, dataset: str, rows: list[dict]):
 @pytest.mark.parametrize("lookups", clean.LOOKUP_MODES)
 def test_canonical_category_maps_case_space_and_known_spellings_and_nulls_unknowns(spark, lookups):
     values = ["Month-to-month", "  MONTH   to  month ", "m2m", "Annual", "two-year", "Two\tYear", "weekly", "",
-              None]
+              None, "Two\nYear", "two \x0b year", "  two-year", "TWO  YEAR\r", "Two\u00a0Year"]
     df = spark.createDataFrame([(v,) for v in values], "contract_type string")
     lookup = (clean.keyed_category("contract_type", clean.category_key("contract_type")) if lookups == "keyed"
               else clean.canonical_category("contract_type"))
@@ -51,7 +51,9 @@ def test_canonical_category_maps_case_space_and_known_spellings_and_nulls_unknow
     expected = spark.createDataFrame(
         [("Month-to-month", "Month-to-month"), ("  MONTH   to  month ", "Month-to-month"),
          ("m2m", "Month-to-month"), ("Annual", "One year"), ("two-year", "Two year"), ("Two\tYear", "Two year"),
-         ("weekly", None), ("", None), (None, None)], "contract_type string, canonical string")
+         ("weekly", None), ("", None), (None, None), ("Two\nYear", "Two year"), ("two \x0b year", "Two year"),
+         ("  two-year", "Two year"), ("TWO  YEAR\r", "Two year"), ("Two\u00a0Year", None)],
+        "contract_type string, canonical string")
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
