@@ -210,13 +210,20 @@ def is_blank(c: str) -> str:
     return f"({c} IS NULL OR trim({c}) = '')"
 
 
+def only_where(condition: str, c: str) -> str:
+    """``c`` where ``condition`` holds, else an empty string: the input of a costly branch of a CASE on
+    ``condition``. The GPU evaluates every branch of a CASE over every row and then picks (the CPU only the branch a
+    row takes), so a costly branch given the whole column costs the GPU its work on every row; given this, its
+    string kernels pass over the few values that take it."""
+    return f"CASE WHEN {condition} THEN {c} ELSE '' END"
+
+
 def category_key(c: str) -> str:
     """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space. The
-    regular expression takes the value only where it holds two spaces together or other white space (an empty
-    string elsewhere, where it would change nothing): the GPU evaluates both branches of the CASE for every row, and
-    a regular expression costs it more than the literal checks that choose the branch."""
+    regular expression runs only on values that hold two spaces together or other white space (``only_where``),
+    chosen by literal checks; on the others it would change nothing."""
     runs = f"(instr({c}, '  ') > 0 OR length(translate({c}, {WHITE_SPACE_NOT_SPACE}, '')) < length({c}))"
-    collapsed = f"regexp_replace(lower(CASE WHEN {runs} THEN {c} ELSE '' END), {WHITE_SPACE_RUN}, ' ')"
+    collapsed = f"regexp_replace(lower({only_where(runs, c)}), {WHITE_SPACE_RUN}, ' ')"
     return f"trim(CASE WHEN {runs} THEN {collapsed} ELSE lower({c}) END)"
 
 
@@ -492,13 +499,11 @@ def json_string(c: str) -> str:
     whatever the characters: backslash and quote escaped, then the five short forms; NUL replaced by its escape;
     then each other control character gets the escape's first five characters put before it (two regular
     expressions: U+0001-U+000F, U+0010-U+001F) and is itself translated into its last hex digit. The GPU runs
-    every step over every row it is given (one step per character would be 34); on the CPU the steps run only for
-    a value that holds a character to escape (rare). So the steps take the value only where it needs them and an
-    empty string elsewhere: the GPU's string kernels then pass over the few values that hold such a character, not
-    over every quarantined value eleven times, and the CPU's result is the same."""
+    every step over every row it is given (one step per character would be 34), so the steps take only the values
+    that hold a character to escape (``only_where``; rare), as the CPU's evaluation of the CASE does by itself."""
     needs = f"length(translate({c}, {literal(_ESCAPED)}, '')) < length({c})"
-    only_needed = f"CASE WHEN {needs} THEN {c} ELSE '' END"
-    escaped = f"replace(replace({only_needed}, {_BACKSLASH}, {_BACKSLASH_ESCAPED}), {_QUOTE}, {_QUOTE_ESCAPED})"
+    escaped = f"replace({only_where(needs, c)}, {_BACKSLASH}, {_BACKSLASH_ESCAPED})"
+    escaped = f"replace({escaped}, {_QUOTE}, {_QUOTE_ESCAPED})"
     for ch, short in _SHORT_ESCAPES.items():
         escaped = f"replace({escaped}, {literal(ch)}, {literal(short)})"
     escaped = f"replace({escaped}, {literal(chr(0))}, {_NUL_ESCAPED})"
