@@ -202,7 +202,6 @@ def lookup_mode(spark: SparkSession) -> str:
 # Expression helpers: SQL text (jobs/lake/sqltext.py), one call to the JVM per expression
 # ---------------------------------------------------------------------------------------------------------
 WHITE_SPACE_RUN = literal(r"\s+")
-WHITE_SPACE_NOT_SPACE = literal("\t\n\x0b\f\r")   # what \s matches besides the space (Java's regular expressions)
 REPLACEMENT_CHARACTER = literal("\ufffd")   # what ingest decodes a byte that is not UTF-8 into
 
 
@@ -219,12 +218,8 @@ def only_where(condition: str, c: str) -> str:
 
 
 def category_key(c: str) -> str:
-    """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space. The
-    regular expression runs only on values that hold two spaces together or other white space (``only_where``),
-    chosen by literal checks; on the others it would change nothing."""
-    runs = f"(instr({c}, '  ') > 0 OR length(translate({c}, {WHITE_SPACE_NOT_SPACE}, '')) < length({c}))"
-    collapsed = f"regexp_replace(lower({only_where(runs, c)}), {WHITE_SPACE_RUN}, ' ')"
-    return f"trim(CASE WHEN {runs} THEN {collapsed} ELSE lower({c}) END)"
+    """How spellings are matched: lower case, trimmed, inner runs of white space collapsed to one space."""
+    return f"trim(regexp_replace(lower({c}), {WHITE_SPACE_RUN}, ' '))"
 
 
 def category_lookup(column: str) -> dict[str, str]:
