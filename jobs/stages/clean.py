@@ -283,10 +283,13 @@ def with_checks(dataset: str, as_of: str, lookups: str = "lazy"):
     """Adds ``reason`` / ``detail`` (null for a valid row) and the typed, canonical columns ``t_<name>``, the
     categorical ones looked up as ``lookups`` says (LOOKUP_KEY).
 
-    Every condition is evaluated at most once per row: the checks are one ``coalesce`` over (check, column)
-    pairs in CLEAN_CHECK_ORDER, each giving "reason:column" when it fails, so the first failure is the answer and
-    the conditions after it are never evaluated (a CASE for the reason beside a second coalesce for the detail
-    would test each condition twice: Spark shares no subexpression inside conditional branches)."""
+    Every condition is evaluated at most once per row: the checks are one CASE with a branch per (check, column)
+    pair in CLEAN_CHECK_ORDER, each giving "reason:column" when it fails, so the first failure is the answer and
+    the CPU evaluates no condition after it (a CASE for the reason beside a second one for the detail would test
+    each condition twice: Spark shares no subexpression inside conditional branches). The GPU evaluates every
+    condition and then picks the first true one's literal in one step (the plugin's fused CASE, for more than two
+    branches whose values are all string literals), where a ``coalesce`` of one CASE per pair made a string column
+    of every row per pair."""
     columns = DATASETS[dataset]
 
     def transform(df: DataFrame) -> DataFrame:
@@ -311,8 +314,8 @@ def with_checks(dataset: str, as_of: str, lookups: str = "lazy"):
             "out_of_range": {c: f"NOT {within(t(c), lo, hi)}" for c, (lo, hi) in NUMBERS[dataset].items()},
             "impossible_date": impossible_dates(dataset, as_of),
         }
-        failed = "coalesce(" + ", ".join(f"CASE WHEN {cond} THEN {literal(f'{name}:{c}')} END"
-                                         for name in CLEAN_CHECK_ORDER for c, cond in checks[name].items()) + ")"
+        failed = "CASE " + " ".join(f"WHEN {cond} THEN {literal(f'{name}:{c}')}"
+                                    for name in CLEAN_CHECK_ORDER for c, cond in checks[name].items()) + " END"
         return (df.withColumn("_failed", expr(failed))
                 .withColumn("reason", F.substring_index("_failed", ":", 1))
                 .withColumn("detail", F.substring_index("_failed", ":", -1))
